@@ -1,0 +1,59 @@
+# regroup: `make run` starts the service on an embedded Postgres, `make test` runs every check.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PROTO_OUT := clients/python/src
+PROTOS := $(wildcard proto/regroup/v1/*.proto)
+PYTEST_ARGS ?=
+
+.PHONY: setup run migrate proto proto-check lint typecheck test test-unit test-integration fmt clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements/dev.txt pyproject.toml clients/python/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements/dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e clients/python -e .
+	touch $@
+
+## Runs the service on 127.0.0.1:50051; without DATABASE_URL it keeps an embedded Postgres under .regroup/.
+run: $(STAMP)
+	$(PY) -m regroup.server
+
+## Applies the SQL migrations in migrations/ to DATABASE_URL (or the embedded Postgres).
+migrate: $(STAMP)
+	$(PY) -m regroup.server migrate
+
+## Regenerates the Python stubs from proto/.
+proto: $(STAMP)
+	$(PY) tools/gen_proto.py $(PROTO_OUT)
+
+## Fails when the committed stubs differ from what proto/ generates.
+proto-check: $(STAMP)
+	$(PY) tools/gen_proto.py --check $(PROTO_OUT)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+## mypy --strict on the pure engine, and on the server shell.
+typecheck: $(STAMP)
+	$(PY) tools/typecheck.py
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP)
+	$(PY) -m pytest -q tests/integration $(PYTEST_ARGS)
+
+## Every check CI runs: lint, types, proto drift, then the whole test suite.
+test: lint typecheck proto-check
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""The Python client for regroup (the member side of the protocol)."""

@@ -1,0 +1,24 @@
+"""Server-side assignors, by name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .base import Assignor, GroupSpec, MemberSpec, PartitionAssignorError
+from .range import RangeAssignor
+from .uniform import UniformAssignor
+
+BUILTIN_ASSIGNORS: Mapping[str, Assignor] = {
+    UniformAssignor.name: UniformAssignor(),
+    RangeAssignor.name: RangeAssignor(),
+}
+
+__all__ = [
+    "BUILTIN_ASSIGNORS",
+    "Assignor",
+    "GroupSpec",
+    "MemberSpec",
+    "PartitionAssignorError",
+    "RangeAssignor",
+    "UniformAssignor",
+]

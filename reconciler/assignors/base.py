@@ -1,0 +1,57 @@
+"""The server-side assignor interface.
+
+An assignor is a pure function from a `GroupSpec` (members, their subscribed
+topic ids and current target) to a new target assignment. It must be
+deterministic: the same spec always gives the same result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..model import Assignment
+from ..topics import Topic
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSpec:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    #: The existing topics the member subscribes to.
+    subscribed_topic_ids: frozenset[str]
+    #: The member's current target assignment, for stickiness.
+    current: Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    #: Members by id.
+    members: Mapping[str, MemberSpec]
+    #: The topics any member subscribes to, by id.
+    topics: Mapping[str, Topic]
+
+    def is_homogeneous(self) -> bool:
+        """True when every member subscribes to the same topics (Kafka's HOMOGENEOUS)."""
+        first: frozenset[str] | None = None
+        for member in self.members.values():
+            if first is None:
+                first = member.subscribed_topic_ids
+            elif member.subscribed_topic_ids != first:
+                return False
+        return True
+
+
+class PartitionAssignorError(Exception):
+    """The assignor cannot compute an assignment for this spec."""
+
+
+class Assignor(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
+        """Returns the target assignment of every member in `spec` (empty ones included)."""
+        ...

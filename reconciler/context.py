@@ -1,0 +1,81 @@
+"""What an operation receives (time, configuration, topics) and what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from .assignors import BUILTIN_ASSIGNORS, Assignor
+from .records import Record
+from .topics import TopicsImage
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """Coordinator-wide settings that shape every group's behaviour."""
+
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    #: Members a group may hold; None means unbounded.
+    max_group_size: int | None = None
+    #: Available server-side assignors by name; the first is the default.
+    assignors: Mapping[str, Assignor] = field(default_factory=lambda: dict(BUILTIN_ASSIGNORS))
+
+    @property
+    def default_assignor(self) -> str:
+        return next(iter(self.assignors))
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """The inputs of one operation besides the group and the request."""
+
+    now_ms: int
+    config: GroupConfig
+    image: TopicsImage
+    #: A fresh member id the shell drew, used when a member joins without one.
+    new_member_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSessionTimeout:
+    """(Re)arm the member's session timer; the member is fenced at `deadline_ms`."""
+
+    member_id: str
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRebalanceTimeout:
+    """Arm the revocation deadline; fence only if the member is still at `member_epoch`."""
+
+    member_id: str
+    deadline_ms: int
+    member_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRebalanceTimeout:
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimeouts:
+    """The member is gone: cancel both of its timers."""
+
+    member_id: str
+
+
+TimerOp = ScheduleSessionTimeout | ScheduleRebalanceTimeout | CancelRebalanceTimeout | CancelTimeouts
+
+
+@dataclass(frozen=True, slots=True)
+class Result(Generic[T]):
+    """An operation's outcome: records to store, timers to set, then the response."""
+
+    response: T
+    records: tuple[Record, ...] = ()
+    timers: tuple[TimerOp, ...] = ()

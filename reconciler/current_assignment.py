@@ -1,0 +1,125 @@
+"""Reconciliation of one member towards its target (Kafka's CurrentAssignmentBuilder).
+
+The loop revokes first and assigns second: a member that must give up
+partitions goes to UNREVOKED_PARTITIONS and receives nothing new until it has
+acknowledged the revocation by sending what it still owns. Partitions still
+owned by another member are withheld (UNRELEASED_PARTITIONS) until released.
+
+Follows Kafka trunk's fixed behaviour: no +1 epoch bump after a revocation
+(KAFKA-19974), a member's own pending revocations are not "unreleased"
+(KAFKA-19449), and unsubscribed topics are dropped from the target (KAFKA-19431).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from .errors import FencedMemberEpoch
+from .model import EMPTY_ASSIGNMENT, Assignment, Member, MemberState, intersects, is_subset
+
+#: (topic id, partition) -> epoch of the owning member, or -1 when free.
+PartitionEpoch = Callable[[str, int], int]
+
+
+def needs_reconciliation(member: Member, target_epoch: int) -> bool:
+    """False when the member is stable at the target epoch (Kafka skips the builder)."""
+    return not member.is_reconciled_to(target_epoch)
+
+
+def reconcile(
+    member: Member,
+    target_epoch: int,
+    target: Assignment,
+    partition_epoch: PartitionEpoch,
+    owned: Assignment | None,
+) -> Member:
+    """The member's next current assignment.
+
+    `owned` is what the member said it owns in this request, or None when it
+    did not say; None counts as "still owns everything".
+    """
+    match member.state:
+        case MemberState.STABLE:
+            if member.member_epoch != target_epoch or not is_subset(member.assigned, target):
+                return _next_assignment(
+                    member, member.member_epoch, target_epoch, target, partition_epoch, owned
+                )
+            return member
+        case MemberState.UNREVOKED_PARTITIONS:
+            if _owns_any(member.pending_revocation, owned):
+                return member
+            return _next_assignment(member, member.member_epoch, target_epoch, target, partition_epoch, owned)
+        case MemberState.UNRELEASED_PARTITIONS:
+            return _next_assignment(member, member.member_epoch, target_epoch, target, partition_epoch, owned)
+        case _:
+            if owned is None or owned:
+                raise FencedMemberEpoch(
+                    "The consumer group member is in an unknown state. "
+                    "The member must abandon all its partitions and rejoin."
+                )
+            return _next_assignment(member, target_epoch, target_epoch, target, partition_epoch, owned)
+
+
+def _owns_any(partitions: Assignment, owned: Assignment | None) -> bool:
+    if not partitions:
+        return False
+    return owned is None or intersects(partitions, owned)
+
+
+def _next_assignment(
+    member: Member,
+    epoch: int,
+    target_epoch: int,
+    target: Assignment,
+    partition_epoch: PartitionEpoch,
+    owned: Assignment | None,
+) -> Member:
+    kept: dict[str, frozenset[int]] = {}
+    revoke: dict[str, frozenset[int]] = {}
+    to_assign: dict[str, frozenset[int]] = {}
+    has_unreleased = False
+    own_revoking = member.pending_revocation
+
+    for topic_id in target.keys() | member.assigned.keys():
+        wanted = target.get(topic_id, frozenset())
+        current = member.assigned.get(topic_id, frozenset())
+        keep = current & wanted
+        if keep:
+            kept[topic_id] = keep
+        if current - wanted:
+            revoke[topic_id] = current - wanted
+        mine = own_revoking.get(topic_id, frozenset())
+        free = set()
+        for partition in wanted - keep:
+            # A partition this member itself is revoking is not "unreleased":
+            # it may take it back (KAFKA-19449).
+            if partition in mine or partition_epoch(topic_id, partition) == -1:
+                free.add(partition)
+            else:
+                has_unreleased = True
+        if free:
+            to_assign[topic_id] = frozenset(free)
+
+    if revoke and _owns_any(revoke, owned):
+        # Revoke first: stay at the current epoch and hand out nothing new.
+        return replace(
+            member,
+            state=MemberState.UNREVOKED_PARTITIONS,
+            member_epoch=epoch,
+            previous_member_epoch=member.member_epoch,
+            assigned=kept,
+            pending_revocation=revoke,
+        )
+    if to_assign:
+        for topic_id, partitions in to_assign.items():
+            kept[topic_id] = kept.get(topic_id, frozenset()) | partitions
+    state = MemberState.UNRELEASED_PARTITIONS if has_unreleased else MemberState.STABLE
+    return replace(
+        member,
+        state=state,
+        member_epoch=target_epoch,
+        previous_member_epoch=member.member_epoch,
+        assigned=kept,
+        pending_revocation=EMPTY_ASSIGNMENT,
+    )

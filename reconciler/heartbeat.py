@@ -1,0 +1,357 @@
+"""The consumer group heartbeat (Kafka's GroupMetadataManager.consumerGroupHeartbeat).
+
+One call does, in order:
+1. get or create the group and the member, validating its epoch;
+2. merge the request into the member and bump the group epoch if the
+   subscription or the membership changed;
+3. recompute the target assignment if the group epoch is ahead of it;
+4. reconcile the member towards its target (revoke first, assign second);
+5. re-arm the session timer and build the response.
+
+It returns records and timers; it never mutates the group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .context import (
+    CancelRebalanceTimeout,
+    CancelTimeouts,
+    Context,
+    Result,
+    ScheduleRebalanceTimeout,
+    ScheduleSessionTimeout,
+    TimerOp,
+)
+from .current_assignment import needs_reconciliation, reconcile
+from .errors import (
+    FencedInstanceId,
+    FencedMemberEpoch,
+    GroupIdNotFound,
+    GroupMaxSizeReached,
+    InvalidRequest,
+    UnknownMemberId,
+    UnreleasedInstanceId,
+)
+from .membership import fence_member_records, throw_if_not_consumer_group
+from .messages import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
+from .model import (
+    CONSUMER_GROUP_TYPE,
+    JOIN_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    Assignment,
+    Group,
+    Member,
+    MemberState,
+    is_subset,
+    make_assignment,
+    only_topics,
+)
+from .records import (
+    CurrentAssignmentRecord,
+    GroupMetadataRecord,
+    MemberMetadataRecord,
+    Record,
+    TargetAssignmentMemberRecord,
+    member_removal_records,
+)
+from .subscription import adjusted_counts, group_topics, member_topic_ids, metadata_hash
+from .target_assignment import compute_target_assignment, preferred_assignor
+from .topics import TopicsImage
+from .validation import validate_consumer_group_heartbeat
+
+
+def consumer_group_heartbeat(
+    group: Group | None, req: ConsumerGroupHeartbeat, ctx: Context
+) -> Result[ConsumerGroupHeartbeatResponse]:
+    validate_consumer_group_heartbeat(req, ctx.config)
+    if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+        return _leave(group, req, ctx)
+    return _heartbeat(group, req, ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    """The member a heartbeat is about, as the group knows it."""
+
+    #: The member before this request (a fresh one if it is joining).
+    member: Member
+    #: True when the member did not exist before.
+    is_new: bool
+    #: A static member at epoch -2 whose instance id the new member takes over.
+    replaced: Member | None = None
+
+
+def _heartbeat(
+    group: Group | None, req: ConsumerGroupHeartbeat, ctx: Context
+) -> Result[ConsumerGroupHeartbeatResponse]:
+    # 1. Get or create the group and the member.
+    if group is None:
+        if req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
+            raise GroupIdNotFound(f"Group {req.group_id} not found.")
+        group = Group(req.group_id)
+    throw_if_not_consumer_group(group)
+    owned = _resolve_owned(req, ctx.image)
+    lookup = (
+        _static_member(group, req, ctx) if req.instance_id is not None else _dynamic_member(group, req, ctx)
+    )
+    if lookup.is_new and lookup.replaced is None:
+        _throw_if_group_full(group, ctx)
+    if not lookup.is_new and req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
+        _validate_member_epoch(lookup.member, req.member_epoch, owned)
+
+    # 2. Merge the request and decide on a group epoch bump.
+    records: list[Record] = []
+    timers: list[TimerOp] = []
+    before = lookup.replaced if lookup.replaced is not None else lookup.member
+    member = _merge(lookup.member, req)
+    if lookup.replaced is not None:
+        records.extend(member_removal_records(lookup.replaced.member_id))
+        timers.append(CancelTimeouts(lookup.replaced.member_id))
+    if lookup.is_new or not member.same_metadata(lookup.member):
+        records.append(MemberMetadataRecord.of(member))
+    subscription_changed = (lookup.is_new and lookup.replaced is None) or not member.same_subscription(before)
+
+    group_epoch = group.group_epoch
+    if subscription_changed:
+        previous = (before,) if before.member_id in group.members else ()
+        group_epoch += 1
+        records.append(
+            GroupMetadataRecord(
+                group_epoch, _metadata_hash_after(group, ctx.image, previous, member), group.group_type
+            )
+        )
+
+    # 3. Recompute the target assignment if the group moved ahead of it.
+    members = dict(group.members)
+    targets = group.target
+    if lookup.replaced is not None:
+        del members[lookup.replaced.member_id]
+        targets = {k: v for k, v in targets.items() if k != lookup.replaced.member_id}
+        targets[member.member_id] = group.target_of(lookup.replaced.member_id)
+        if targets[member.member_id]:
+            records.append(TargetAssignmentMemberRecord(member.member_id, targets[member.member_id]))
+    members[member.member_id] = member
+    assignment_epoch = group.assignment_epoch
+    if group_epoch > assignment_epoch:
+        previous = (before,) if before.member_id in group.members else ()
+        assignor = preferred_assignor(
+            adjusted_counts(
+                group.server_assignor_counts(),
+                (m.server_assignor for m in previous if m.server_assignor is not None),
+                () if member.server_assignor is None else (member.server_assignor,),
+            ),
+            ctx.config,
+        )
+        target_records, targets = compute_target_assignment(
+            members, targets, ctx.image, assignor, ctx.config, group_epoch
+        )
+        records.extend(target_records)
+        assignment_epoch = group_epoch
+
+    # 4. Reconcile the member towards its target.
+    reconciled = member
+    if subscription_changed or needs_reconciliation(member, assignment_epoch):
+        target = targets.get(member.member_id, {})
+        if subscription_changed:
+            subscribed = member_topic_ids(
+                ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex
+            )
+            target = only_topics(target, subscribed)
+        reconciled = reconcile(member, assignment_epoch, target, group.partition_epoch, owned)
+    if lookup.is_new or not reconciled.same_current_assignment(member):
+        records.append(CurrentAssignmentRecord.of(reconciled))
+        if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
+            timers.append(
+                ScheduleRebalanceTimeout(
+                    reconciled.member_id,
+                    ctx.now_ms + reconciled.rebalance_timeout_ms,
+                    reconciled.member_epoch,
+                )
+            )
+        else:
+            timers.append(CancelRebalanceTimeout(reconciled.member_id))
+
+    # 5. Re-arm the session timer and respond.
+    timers.append(ScheduleSessionTimeout(reconciled.member_id, ctx.now_ms + ctx.config.session_timeout_ms))
+    send_assignment = _is_full_request(req) or reconciled.assigned != before.assigned
+    response = ConsumerGroupHeartbeatResponse(
+        member_id=reconciled.member_id,
+        member_epoch=reconciled.member_epoch,
+        heartbeat_interval_ms=ctx.config.heartbeat_interval_ms,
+        session_timeout_ms=ctx.config.session_timeout_ms,
+        assignment=reconciled.assigned if send_assignment else None,
+    )
+    return Result(response, tuple(records), tuple(timers))
+
+
+def _dynamic_member(group: Group, req: ConsumerGroupHeartbeat, ctx: Context) -> _Lookup:
+    member_id = req.member_id or ctx.new_member_id
+    member = group.members.get(member_id)
+    if member is not None:
+        return _Lookup(member, is_new=False)
+    if req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
+        raise UnknownMemberId(f"Member {member_id} is not a member of group {group.group_id}.")
+    return _Lookup(Member(member_id=member_id), is_new=True)
+
+
+def _static_member(group: Group, req: ConsumerGroupHeartbeat, ctx: Context) -> _Lookup:
+    instance_id = req.instance_id
+    assert instance_id is not None
+    member_id = req.member_id or ctx.new_member_id
+    existing = group.member_by_instance_id(instance_id)
+    if req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
+        if existing is None:
+            raise UnknownMemberId(f"Instance id {instance_id} is unknown.")
+        if existing.member_id != member_id:
+            raise FencedInstanceId(
+                f"Static member {member_id} with instance id {instance_id} was fenced by "
+                f"member {existing.member_id}."
+            )
+        return _Lookup(existing, is_new=False)
+
+    if existing is None or existing.member_id == member_id:
+        return _dynamic_member(group, req, ctx)
+    if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise UnreleasedInstanceId(
+            f"Static member {existing.member_id} with instance id {instance_id} is not released "
+            f"and cannot be replaced by member {member_id}."
+        )
+    if member_id in group.members:
+        raise InvalidRequest(
+            f"MemberId {member_id} already belongs to another member of group {group.group_id}; "
+            f"it cannot take over instance id {instance_id}."
+        )
+    # The new member takes the old one's place: same assignment, same target,
+    # no group epoch bump unless the subscription changed.
+    copy = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+    return _Lookup(copy, is_new=True, replaced=existing)
+
+
+def _throw_if_group_full(group: Group, ctx: Context) -> None:
+    limit = ctx.config.max_group_size
+    if limit is not None and len(group.members) >= limit:
+        raise GroupMaxSizeReached(f"The consumer group has reached its maximum capacity of {limit} members.")
+
+
+def _validate_member_epoch(member: Member, received: int, owned: Assignment | None) -> None:
+    if received > member.member_epoch:
+        raise FencedMemberEpoch(
+            f"The consumer group member has a greater member epoch ({received}) than the one known by "
+            f"the group coordinator ({member.member_epoch}). The member must abandon all its partitions "
+            "and rejoin."
+        )
+    if received < member.member_epoch:
+        # A lost response: the member may retry with its previous epoch as
+        # long as it owns no more than it is now assigned.
+        if (
+            received == member.previous_member_epoch
+            and owned is not None
+            and is_subset(owned, member.assigned)
+        ):
+            return
+        raise FencedMemberEpoch(
+            f"The consumer group member has a smaller member epoch ({received}) than the one known by "
+            f"the group coordinator ({member.member_epoch}). The member must abandon all its partitions "
+            "and rejoin."
+        )
+
+
+def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
+    """The member with the request's sent fields applied; `member` itself if none differ."""
+    names = member.subscribed_topic_names
+    if req.subscribed_topic_names is not None:
+        names = tuple(sorted(set(req.subscribed_topic_names)))
+    regex = member.subscribed_topic_regex
+    if req.subscribed_topic_regex is not None:
+        regex = req.subscribed_topic_regex or None
+    timeout = member.rebalance_timeout_ms
+    if req.rebalance_timeout_ms is not None and req.rebalance_timeout_ms != -1:
+        timeout = req.rebalance_timeout_ms
+    merged = replace(
+        member,
+        instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
+        rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
+        client_id=req.client_id if req.client_id is not None else member.client_id,
+        client_host=req.client_host or member.client_host,
+        subscribed_topic_names=names,
+        subscribed_topic_regex=regex,
+        server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
+        rebalance_timeout_ms=timeout,
+    )
+    return member if merged.same_metadata(member) else merged
+
+
+def _resolve_owned(req: ConsumerGroupHeartbeat, image: TopicsImage) -> Assignment | None:
+    """The owned partitions by topic id. Unknown topics keep a key no target uses,
+    so that they can never pass as a subset of an assignment."""
+    if req.owned_topic_partitions is None:
+        return None
+    pairs = []
+    for entry in req.owned_topic_partitions:
+        topic_id = entry.topic_id
+        if not topic_id:
+            topic = image.by_name.get(entry.topic_name)
+            topic_id = topic.topic_id if topic is not None else f"unknown-topic-name:{entry.topic_name}"
+        pairs.append((topic_id, entry.partitions))
+    return make_assignment(pairs)
+
+
+def _metadata_hash_after(group: Group, image: TopicsImage, removed: tuple[Member, ...], added: Member) -> int:
+    names = adjusted_counts(
+        group.subscribed_topic_names(),
+        (n for m in removed for n in m.subscribed_topic_names),
+        added.subscribed_topic_names,
+    )
+    regexes = adjusted_counts(
+        group.subscribed_regexes(),
+        (m.subscribed_topic_regex for m in removed if m.subscribed_topic_regex is not None),
+        () if added.subscribed_topic_regex is None else (added.subscribed_topic_regex,),
+    )
+    return metadata_hash(group_topics(image, names, regexes))
+
+
+def _is_full_request(req: ConsumerGroupHeartbeat) -> bool:
+    return req.member_epoch == JOIN_GROUP_MEMBER_EPOCH or (
+        req.rebalance_timeout_ms is not None
+        and req.rebalance_timeout_ms != -1
+        and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+        and req.owned_topic_partitions is not None
+    )
+
+
+def _leave(
+    group: Group | None, req: ConsumerGroupHeartbeat, ctx: Context
+) -> Result[ConsumerGroupHeartbeatResponse]:
+    if group is None:
+        raise GroupIdNotFound(f"Group {req.group_id} not found.")
+    throw_if_not_consumer_group(group)
+    if req.instance_id is not None:
+        member = _static_member(group, req, ctx).member
+    else:
+        member = _dynamic_member(group, req, ctx).member
+    response = ConsumerGroupHeartbeatResponse(
+        member_id=member.member_id,
+        member_epoch=req.member_epoch,
+        heartbeat_interval_ms=0,
+        session_timeout_ms=ctx.config.session_timeout_ms,
+    )
+    if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        # A temporary leave keeps the assignment for the instance's return;
+        # no epoch bump, and the session timer keeps running.
+        left = replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
+        return Result(
+            response,
+            (CurrentAssignmentRecord.of(left),),
+            (CancelRebalanceTimeout(member.member_id),),
+        )
+    return Result(
+        response,
+        tuple(fence_member_records(group, member.member_id, ctx.image)),
+        (CancelTimeouts(member.member_id),),
+    )
+
+
+__all__ = ["CONSUMER_GROUP_TYPE", "consumer_group_heartbeat"]

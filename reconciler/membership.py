@@ -1,0 +1,77 @@
+"""Operations that remove members or react to topic changes, outside a heartbeat."""
+
+from __future__ import annotations
+
+from .context import CancelTimeouts, Context, Result
+from .errors import GroupIdNotFound, NonEmptyGroup
+from .model import Group, MemberState
+from .records import GroupMetadataRecord, GroupTombstone, Record, member_removal_records
+from .subscription import adjusted_counts, group_topics, metadata_hash
+from .topics import TopicsImage
+
+
+def throw_if_not_consumer_group(group: Group) -> None:
+    if group.group_type != "consumer":
+        raise GroupIdNotFound(f"Group {group.group_id} is not a consumer group.")
+
+
+def fence_member_records(group: Group, member_id: str, image: TopicsImage) -> list[Record]:
+    """Removes a member and bumps the group epoch (leave, session or rebalance timeout)."""
+    member = group.members[member_id]
+    names = adjusted_counts(group.subscribed_topic_names(), member.subscribed_topic_names, ())
+    regexes = adjusted_counts(
+        group.subscribed_regexes(),
+        () if member.subscribed_topic_regex is None else (member.subscribed_topic_regex,),
+        (),
+    )
+    records = member_removal_records(member_id)
+    records.append(
+        GroupMetadataRecord(
+            group.group_epoch + 1, metadata_hash(group_topics(image, names, regexes)), group.group_type
+        )
+    )
+    return records
+
+
+def on_session_timeout(group: Group, member_id: str, ctx: Context) -> Result[bool]:
+    """The member's session expired: fence it. The response says whether it was."""
+    if member_id not in group.members:
+        return Result(False)
+    return Result(
+        True, tuple(fence_member_records(group, member_id, ctx.image)), (CancelTimeouts(member_id),)
+    )
+
+
+def on_rebalance_timeout(group: Group, member_id: str, member_epoch: int, ctx: Context) -> Result[bool]:
+    """The member did not revoke in time: fence it if it is still where the timer found it."""
+    member = group.members.get(member_id)
+    if (
+        member is None
+        or member.member_epoch != member_epoch
+        or member.state is not MemberState.UNREVOKED_PARTITIONS
+    ):
+        return Result(False)
+    return Result(
+        True, tuple(fence_member_records(group, member_id, ctx.image)), (CancelTimeouts(member_id),)
+    )
+
+
+def refresh_metadata(group: Group, ctx: Context) -> Result[bool]:
+    """Bumps the group epoch when the subscribed topics' metadata changed.
+
+    Run after a topic is created, grown or deleted (and once on load); the new
+    target is computed by the next heartbeat, as in Kafka.
+    """
+    new_hash = metadata_hash(
+        group_topics(ctx.image, group.subscribed_topic_names(), group.subscribed_regexes())
+    )
+    if new_hash == group.metadata_hash:
+        return Result(False)
+    return Result(True, (GroupMetadataRecord(group.group_epoch + 1, new_hash, group.group_type),))
+
+
+def delete_group(group: Group) -> Result[None]:
+    """Deletes an empty group (NON_EMPTY_GROUP otherwise)."""
+    if group.members:
+        raise NonEmptyGroup(f"Group {group.group_id} is not empty: it has {len(group.members)} members.")
+    return Result(None, (GroupTombstone(),))

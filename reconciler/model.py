@@ -1,0 +1,325 @@
+"""The consumer group model: members, assignments and the group itself.
+
+A `Group` is changed only by `replay` (see `replay.py`), which applies the
+records an operation produced after the shell has stored them. Handlers read a
+group and never mutate it, so a refused or failed write leaves nothing to undo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+
+#: Partitions per topic id. Values are never empty; an absent topic means none.
+Assignment = Mapping[str, frozenset[int]]
+
+EMPTY_ASSIGNMENT: Assignment = {}
+
+#: The member epoch of a static member that left temporarily (epoch -2).
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+#: The member epoch of a member that leaves for good (epoch -1).
+LEAVE_GROUP_MEMBER_EPOCH = -1
+#: The member epoch of a member joining (epoch 0).
+JOIN_GROUP_MEMBER_EPOCH = 0
+
+CONSUMER_GROUP_TYPE = "consumer"
+
+
+class MemberState(IntEnum):
+    """Where a member is in its reconciliation towards the target assignment."""
+
+    #: The member owns exactly what it may own at its epoch.
+    STABLE = 0
+    #: The member must first acknowledge the revocation of some partitions.
+    UNREVOKED_PARTITIONS = 1
+    #: The member waits for partitions that other members have not released yet.
+    UNRELEASED_PARTITIONS = 2
+    #: A state this version does not know (decoded from a newer record).
+    UNKNOWN = 127
+
+    @classmethod
+    def decode(cls, value: int) -> MemberState:
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+class GroupState(Enum):
+    """The group state, derived from the epochs and never stored."""
+
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+
+
+def make_assignment(items: Iterable[tuple[str, Iterable[int]]]) -> Assignment:
+    """Builds an assignment from (topic id, partitions) pairs, merging repeats."""
+    merged: dict[str, set[int]] = {}
+    for topic_id, partitions in items:
+        merged.setdefault(topic_id, set()).update(partitions)
+    return {t: frozenset(p) for t, p in merged.items() if p}
+
+
+def union(a: Assignment, b: Assignment) -> Assignment:
+    if not b:
+        return a
+    if not a:
+        return b
+    out = dict(a)
+    for topic_id, partitions in b.items():
+        current = out.get(topic_id)
+        out[topic_id] = partitions if current is None else current | partitions
+    return out
+
+
+def difference(a: Assignment, b: Assignment) -> Assignment:
+    if not b:
+        return a
+    out: dict[str, frozenset[int]] = {}
+    for topic_id, partitions in a.items():
+        other = b.get(topic_id)
+        rest = partitions if other is None else partitions - other
+        if rest:
+            out[topic_id] = rest
+    return out
+
+
+def intersection(a: Assignment, b: Assignment) -> Assignment:
+    out: dict[str, frozenset[int]] = {}
+    for topic_id, partitions in a.items():
+        other = b.get(topic_id)
+        if other is not None:
+            common = partitions & other
+            if common:
+                out[topic_id] = common
+    return out
+
+
+def intersects(a: Assignment, b: Assignment) -> bool:
+    for topic_id, partitions in a.items():
+        other = b.get(topic_id)
+        if other is not None and not partitions.isdisjoint(other):
+            return True
+    return False
+
+
+def is_subset(a: Assignment, b: Assignment) -> bool:
+    for topic_id, partitions in a.items():
+        other = b.get(topic_id)
+        if other is None or not partitions <= other:
+            return False
+    return True
+
+
+def only_topics(a: Assignment, topic_ids: frozenset[str]) -> Assignment:
+    """Keeps the topics in `topic_ids`; returns `a` itself when nothing is dropped."""
+    if all(t in topic_ids for t in a):
+        return a
+    return {t: p for t, p in a.items() if t in topic_ids}
+
+
+def partition_count(a: Assignment) -> int:
+    return sum(len(p) for p in a.values())
+
+
+def iter_partitions(a: Assignment) -> Iterator[tuple[str, int]]:
+    for topic_id in sorted(a):
+        for partition in sorted(a[topic_id]):
+            yield topic_id, partition
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A member: its subscription (metadata) and its current assignment.
+
+    The two halves are persisted by different records, as in Kafka: the
+    metadata when the member's subscription or identity changes, the current
+    assignment when reconciliation moves it.
+    """
+
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    #: Sorted, without repeats.
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    rebalance_timeout_ms: int = 0
+    state: MemberState = MemberState.STABLE
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    #: Partitions the member owns (or is being given) at `member_epoch`.
+    assigned: Assignment = field(default_factory=dict)
+    #: Partitions the member was asked to revoke and has not released yet.
+    pending_revocation: Assignment = field(default_factory=dict)
+
+    def is_reconciled_to(self, target_epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == target_epoch
+
+    def same_metadata(self, other: Member) -> bool:
+        return (
+            self.instance_id == other.instance_id
+            and self.rack_id == other.rack_id
+            and self.client_id == other.client_id
+            and self.client_host == other.client_host
+            and self.subscribed_topic_names == other.subscribed_topic_names
+            and self.subscribed_topic_regex == other.subscribed_topic_regex
+            and self.server_assignor == other.server_assignor
+            and self.rebalance_timeout_ms == other.rebalance_timeout_ms
+        )
+
+    def same_subscription(self, other: Member) -> bool:
+        return (
+            self.subscribed_topic_names == other.subscribed_topic_names
+            and self.subscribed_topic_regex == other.subscribed_topic_regex
+        )
+
+    def same_current_assignment(self, other: Member) -> bool:
+        return (
+            self.state is other.state
+            and self.member_epoch == other.member_epoch
+            and self.previous_member_epoch == other.previous_member_epoch
+            and self.assigned == other.assigned
+            and self.pending_revocation == other.pending_revocation
+        )
+
+
+class Group:
+    """A consumer group as the records describe it, plus derived indexes.
+
+    Only `replay` mutates a group. The indexes (instance ids, partition epochs,
+    subscription counts) are derived from the members and kept in step by
+    replay, so nothing is stored twice.
+    """
+
+    __slots__ = (
+        "_assignor_counts",
+        "_instance_index",
+        "_partition_epochs",
+        "_regex_counts",
+        "_topic_name_counts",
+        "assignment_epoch",
+        "group_epoch",
+        "group_id",
+        "group_type",
+        "members",
+        "metadata_hash",
+        "target",
+    )
+
+    def __init__(self, group_id: str, group_type: str = CONSUMER_GROUP_TYPE) -> None:
+        self.group_id = group_id
+        self.group_type = group_type
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        #: Hash of the metadata of the topics the group subscribes to.
+        self.metadata_hash = 0
+        self.members: dict[str, Member] = {}
+        #: The target assignment, per member id.
+        self.target: dict[str, Assignment] = {}
+        self._instance_index: dict[str, str] = {}
+        #: topic id -> partition -> epoch of the member that owns it.
+        self._partition_epochs: dict[str, dict[int, int]] = {}
+        self._topic_name_counts: dict[str, int] = {}
+        self._regex_counts: dict[str, int] = {}
+        self._assignor_counts: dict[str, int] = {}
+
+    # -- reads -------------------------------------------------------------
+
+    def state(self) -> GroupState:
+        if not self.members:
+            return GroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return GroupState.ASSIGNING
+        for member in self.members.values():
+            if not member.is_reconciled_to(self.assignment_epoch):
+                return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    def member_by_instance_id(self, instance_id: str) -> Member | None:
+        member_id = self._instance_index.get(instance_id)
+        return None if member_id is None else self.members[member_id]
+
+    def target_of(self, member_id: str) -> Assignment:
+        return self.target.get(member_id, EMPTY_ASSIGNMENT)
+
+    def partition_epoch(self, topic_id: str, partition: int) -> int:
+        """The epoch of the member owning the partition, or -1 if it is free."""
+        partitions = self._partition_epochs.get(topic_id)
+        if partitions is None:
+            return -1
+        return partitions.get(partition, -1)
+
+    def subscribed_topic_names(self) -> Mapping[str, int]:
+        """Topic names subscribed by name, with the number of subscribers."""
+        return self._topic_name_counts
+
+    def subscribed_regexes(self) -> Mapping[str, int]:
+        return self._regex_counts
+
+    def server_assignor_counts(self) -> Mapping[str, int]:
+        return self._assignor_counts
+
+    # -- index maintenance (called by replay only) -------------------------
+
+    def _index_metadata(self, member: Member, sign: int) -> None:
+        if member.instance_id is not None:
+            if sign > 0:
+                self._instance_index[member.instance_id] = member.member_id
+            elif self._instance_index.get(member.instance_id) == member.member_id:
+                del self._instance_index[member.instance_id]
+        for name in member.subscribed_topic_names:
+            _count(self._topic_name_counts, name, sign)
+        if member.subscribed_topic_regex is not None:
+            _count(self._regex_counts, member.subscribed_topic_regex, sign)
+        if member.server_assignor is not None:
+            _count(self._assignor_counts, member.server_assignor, sign)
+
+    def _release_partitions(self, member: Member) -> None:
+        for owned in (member.assigned, member.pending_revocation):
+            for topic_id, partitions in owned.items():
+                epochs = self._partition_epochs.get(topic_id)
+                if epochs is None:
+                    continue
+                for partition in partitions:
+                    epochs.pop(partition, None)
+                if not epochs:
+                    del self._partition_epochs[topic_id]
+
+    def _claim_partitions(self, member: Member) -> None:
+        # Check everything first so that a refused claim changes nothing.
+        for owned in (member.assigned, member.pending_revocation):
+            for topic_id, partitions in owned.items():
+                epochs = self._partition_epochs.get(topic_id)
+                if epochs is None:
+                    continue
+                for partition in partitions:
+                    if partition in epochs:
+                        # Single ownership is the protocol's core promise: a
+                        # record that breaks it is a bug, never stored state.
+                        raise IllegalStateError(
+                            f"Partition {topic_id}-{partition} is already owned at epoch "
+                            f"{epochs[partition]}; member {member.member_id} cannot claim it."
+                        )
+        for owned in (member.assigned, member.pending_revocation):
+            for topic_id, partitions in owned.items():
+                epochs = self._partition_epochs.setdefault(topic_id, {})
+                for partition in partitions:
+                    epochs[partition] = member.member_epoch
+
+
+class IllegalStateError(Exception):
+    """A record would break an invariant of the group (a bug, not bad input)."""
+
+
+def _count(counts: dict[str, int], key: str, sign: int) -> None:
+    value = counts.get(key, 0) + sign
+    if value > 0:
+        counts[key] = value
+    else:
+        counts.pop(key, None)

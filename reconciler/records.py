@@ -1,0 +1,130 @@
+"""Records: the facts an operation produces, stored in one transaction.
+
+One frozen dataclass per persisted fact, named after the entity, with its
+tombstone spelled out (Kafka's ConsumerGroup*Key/Value record pairs). The shell
+stores them; `replay` applies them to the in-memory group afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import Assignment, Member, MemberState
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataRecord:
+    """The group exists at `group_epoch`, subscribed to topics hashing to `metadata_hash`."""
+
+    group_epoch: int
+    metadata_hash: int
+    group_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTombstone:
+    """The group is deleted."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadataRecord:
+    """A member's identity and subscription (the `Member` fields outside its assignment)."""
+
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    rebalance_timeout_ms: int
+
+    @classmethod
+    def of(cls, member: Member) -> MemberMetadataRecord:
+        return cls(
+            member_id=member.member_id,
+            instance_id=member.instance_id,
+            rack_id=member.rack_id,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            subscribed_topic_names=member.subscribed_topic_names,
+            subscribed_topic_regex=member.subscribed_topic_regex,
+            server_assignor=member.server_assignor,
+            rebalance_timeout_ms=member.rebalance_timeout_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadataTombstone:
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMemberRecord:
+    """The partitions the target assignment gives one member."""
+
+    member_id: str
+    partitions: Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMemberTombstone:
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentEpochRecord:
+    """The target assignment was computed for this group epoch."""
+
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignmentRecord:
+    """Where a member is in its reconciliation: epochs, state, owned partitions."""
+
+    member_id: str
+    state: MemberState
+    member_epoch: int
+    previous_member_epoch: int
+    assigned: Assignment
+    pending_revocation: Assignment
+
+    @classmethod
+    def of(cls, member: Member) -> CurrentAssignmentRecord:
+        return cls(
+            member_id=member.member_id,
+            state=member.state,
+            member_epoch=member.member_epoch,
+            previous_member_epoch=member.previous_member_epoch,
+            assigned=member.assigned,
+            pending_revocation=member.pending_revocation,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignmentTombstone:
+    member_id: str
+
+
+Record = (
+    GroupMetadataRecord
+    | GroupTombstone
+    | MemberMetadataRecord
+    | MemberMetadataTombstone
+    | TargetAssignmentMemberRecord
+    | TargetAssignmentMemberTombstone
+    | TargetAssignmentEpochRecord
+    | CurrentAssignmentRecord
+    | CurrentAssignmentTombstone
+)
+
+
+def member_removal_records(member_id: str) -> list[Record]:
+    """Tombstones for a member, in Kafka's order: current, target, metadata."""
+    return [
+        CurrentAssignmentTombstone(member_id),
+        TargetAssignmentMemberTombstone(member_id),
+        MemberMetadataTombstone(member_id),
+    ]

@@ -1,0 +1,127 @@
+"""Replay: applies stored records to a group, the only way a group changes.
+
+The shell replays an operation's records after they are committed, and replays
+the stored rows when it loads, so memory and store always agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from .model import Group, IllegalStateError, Member, MemberState
+from .records import (
+    CurrentAssignmentRecord,
+    CurrentAssignmentTombstone,
+    GroupMetadataRecord,
+    GroupTombstone,
+    MemberMetadataRecord,
+    MemberMetadataTombstone,
+    Record,
+    TargetAssignmentEpochRecord,
+    TargetAssignmentMemberRecord,
+    TargetAssignmentMemberTombstone,
+)
+
+
+def replay_all(group: Group | None, group_id: str, records: Iterable[Record]) -> Group | None:
+    """Applies records in order; returns the group, or None once it is deleted."""
+    current = group
+    for record in records:
+        if isinstance(record, GroupTombstone):
+            current = None
+            continue
+        if current is None:
+            current = Group(group_id)
+        replay(current, record)
+    return current
+
+
+def replay(group: Group, record: Record) -> None:
+    """Applies one record to `group` (a `GroupTombstone` is handled by `replay_all`)."""
+    match record:
+        case GroupMetadataRecord():
+            group.group_epoch = record.group_epoch
+            group.metadata_hash = record.metadata_hash
+            group.group_type = record.group_type
+        case MemberMetadataRecord():
+            _replay_member_metadata(group, record)
+        case MemberMetadataTombstone():
+            _remove_member(group, record.member_id)
+        case TargetAssignmentMemberRecord():
+            if record.partitions:
+                group.target[record.member_id] = record.partitions
+            else:
+                group.target.pop(record.member_id, None)
+        case TargetAssignmentMemberTombstone():
+            group.target.pop(record.member_id, None)
+        case TargetAssignmentEpochRecord():
+            group.assignment_epoch = record.assignment_epoch
+        case CurrentAssignmentRecord():
+            _replay_current_assignment(group, record)
+        case CurrentAssignmentTombstone():
+            member = group.members.get(record.member_id)
+            if member is not None:
+                group._release_partitions(member)
+                group.members[record.member_id] = replace(
+                    member,
+                    state=MemberState.STABLE,
+                    member_epoch=0,
+                    previous_member_epoch=0,
+                    assigned={},
+                    pending_revocation={},
+                )
+        case GroupTombstone():
+            raise IllegalStateError("A group tombstone is applied by replay_all.")
+
+
+def _replay_member_metadata(group: Group, record: MemberMetadataRecord) -> None:
+    old = group.members.get(record.member_id)
+    base = old if old is not None else Member(member_id=record.member_id)
+    new = replace(
+        base,
+        instance_id=record.instance_id,
+        rack_id=record.rack_id,
+        client_id=record.client_id,
+        client_host=record.client_host,
+        subscribed_topic_names=record.subscribed_topic_names,
+        subscribed_topic_regex=record.subscribed_topic_regex,
+        server_assignor=record.server_assignor,
+        rebalance_timeout_ms=record.rebalance_timeout_ms,
+    )
+    if old is not None:
+        group._index_metadata(old, -1)
+    group._index_metadata(new, +1)
+    group.members[record.member_id] = new
+
+
+def _replay_current_assignment(group: Group, record: CurrentAssignmentRecord) -> None:
+    old = group.members.get(record.member_id)
+    if old is None:
+        raise IllegalStateError(
+            f"Current assignment for unknown member {record.member_id} in group {group.group_id}."
+        )
+    new = replace(
+        old,
+        state=record.state,
+        member_epoch=record.member_epoch,
+        previous_member_epoch=record.previous_member_epoch,
+        assigned=record.assigned,
+        pending_revocation=record.pending_revocation,
+    )
+    group._release_partitions(old)
+    try:
+        group._claim_partitions(new)
+    except IllegalStateError:
+        group._claim_partitions(old)
+        raise
+    group.members[record.member_id] = new
+
+
+def _remove_member(group: Group, member_id: str) -> None:
+    member = group.members.pop(member_id, None)
+    if member is None:
+        return
+    group._release_partitions(member)
+    group._index_metadata(member, -1)
+    group.target.pop(member_id, None)

@@ -1,0 +1,1 @@
+"""regroup's I/O shell: gRPC service, Postgres store, timers and runtime."""

@@ -1,0 +1,116 @@
+"""Builds and runs the service: store, migrations, runtime, gRPC server."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import asyncpg
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+
+from .clock import Clock, SystemClock
+from .config import Settings
+from .embedded import start_embedded_postgres
+from .migrate import DEFAULT_MIGRATIONS_DIR, apply_migrations
+from .runtime import Coordinator
+from .service import GroupAdminService, GroupCoordinatorService
+from .store import PostgresStore, StoreUnavailable
+
+log = structlog.get_logger("regroup")
+
+SERVICE_NAMES = (
+    coordinator_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["GroupAdmin"].full_name,
+)
+
+
+async def resolve_database_url(settings: Settings) -> str:
+    """DATABASE_URL if set, else the embedded Postgres under the data directory."""
+    if settings.database_url:
+        return settings.database_url
+    return await asyncio.to_thread(start_embedded_postgres, settings.data_dir)
+
+
+async def run_migrations(dsn: str, settings: Settings) -> list[str]:
+    try:
+        conn = await asyncpg.connect(dsn)
+    except (OSError, asyncpg.PostgresError) as e:
+        raise StoreUnavailable(f"Cannot connect to Postgres: {e}") from e
+    try:
+        return await apply_migrations(conn, settings.migrations_dir or DEFAULT_MIGRATIONS_DIR)
+    finally:
+        await conn.close()
+
+
+@dataclass
+class RegroupServer:
+    """The whole service; `start()` returns once it accepts requests."""
+
+    settings: Settings
+    clock: Clock = field(default_factory=SystemClock)
+    run_timers: bool = True
+    coordinator: Coordinator | None = None
+    port: int = 0
+    _server: grpc.aio.Server | None = None
+    _store: PostgresStore | None = None
+    _health: health.aio.HealthServicer | None = None
+
+    async def start(self) -> None:
+        dsn = await resolve_database_url(self.settings)
+        applied = await run_migrations(dsn, self.settings)
+        if applied:
+            log.info("migrations_applied", migrations=applied)
+        self._store = await PostgresStore.connect(dsn, self.settings.replica_id)
+        self.coordinator = Coordinator(
+            self._store, self.settings.group_config(), self.clock, run_timers=self.run_timers
+        )
+        await self.coordinator.start()
+
+        limit = self.settings.max_message_bytes
+        server = grpc.aio.server(
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+        )
+        coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
+            GroupCoordinatorService(self.coordinator), server
+        )
+        admin_pb2_grpc.add_GroupAdminServicer_to_server(GroupAdminService(self.coordinator), server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (
+                *SERVICE_NAMES,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        self.port = server.add_insecure_port(self.settings.listen)
+        if self.port == 0:
+            raise OSError(f"Cannot listen on {self.settings.listen}.")
+        await server.start()
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._server = server
+        host = self.settings.listen.rpartition(":")[0]
+        log.info("server_started", listen=f"{host}:{self.port}")
+
+    async def stop(self) -> None:
+        """Stops accepting calls, lets in-flight ones finish, then releases the store."""
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(self.settings.shutdown_grace_s)
+        if self.coordinator is not None:
+            await self.coordinator.stop()
+        if self._store is not None:
+            await self._store.close()
+        log.info("server_stopped")
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()

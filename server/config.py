@@ -1,0 +1,141 @@
+"""Service configuration, from the environment and command-line flags (flags win)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from regroup.reconciler import GroupConfig
+from regroup.reconciler.assignors import BUILTIN_ASSIGNORS
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_DATA_DIR = ".regroup"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or out of range; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    listen: str = DEFAULT_LISTEN
+    #: Postgres DSN; None runs an embedded Postgres under `data_dir`.
+    database_url: str | None = None
+    data_dir: Path = Path(DEFAULT_DATA_DIR)
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    max_group_size: int | None = None
+    assignors: tuple[str, ...] = ("uniform", "range")
+    max_message_bytes: int = 4 * 1024 * 1024
+    shutdown_grace_s: float = 5.0
+    log_level: str = "info"
+    #: This replica's name in the groups' owner column.
+    replica_id: str = ""
+    migrations_dir: Path | None = None
+
+    def group_config(self) -> GroupConfig:
+        return GroupConfig(
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            max_group_size=self.max_group_size,
+            assignors={name: BUILTIN_ASSIGNORS[name] for name in self.assignors},
+        )
+
+
+_ENV = {
+    "listen": "REGROUP_LISTEN",
+    "database_url": "DATABASE_URL",
+    "data_dir": "REGROUP_DATA_DIR",
+    "session_timeout_ms": "REGROUP_SESSION_TIMEOUT_MS",
+    "heartbeat_interval_ms": "REGROUP_HEARTBEAT_INTERVAL_MS",
+    "max_group_size": "REGROUP_MAX_GROUP_SIZE",
+    "assignors": "REGROUP_ASSIGNORS",
+    "max_message_bytes": "REGROUP_MAX_MESSAGE_BYTES",
+    "shutdown_grace_s": "REGROUP_SHUTDOWN_GRACE_S",
+    "log_level": "REGROUP_LOG_LEVEL",
+    "replica_id": "REGROUP_REPLICA_ID",
+    "migrations_dir": "REGROUP_MIGRATIONS_DIR",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for field, env in _ENV.items():
+        parser.add_argument(f"--{field.replace('_', '-')}", dest=field, default=None, help=f"(env {env})")
+
+
+def load_settings(env: Mapping[str, str], args: argparse.Namespace | None = None) -> Settings:
+    raw: dict[str, str] = {}
+    for field, name in _ENV.items():
+        value = getattr(args, field, None) if args is not None else None
+        if value is None:
+            value = env.get(name)
+        if value not in (None, ""):
+            raw[field] = str(value)
+    return _parse(raw)
+
+
+def _int(raw: Mapping[str, str], field: str, default: int, minimum: int) -> int:
+    if field not in raw:
+        return default
+    try:
+        value = int(raw[field])
+    except ValueError:
+        raise ConfigError(f"{_ENV[field]} must be an integer, got {raw[field]!r}.") from None
+    if value < minimum:
+        raise ConfigError(f"{_ENV[field]} must be at least {minimum}, got {value}.")
+    return value
+
+
+def _parse(raw: Mapping[str, str]) -> Settings:
+    defaults = Settings()
+    session = _int(raw, "session_timeout_ms", defaults.session_timeout_ms, 1)
+    interval = _int(raw, "heartbeat_interval_ms", defaults.heartbeat_interval_ms, 1)
+    if interval >= session:
+        raise ConfigError(
+            f"REGROUP_HEARTBEAT_INTERVAL_MS ({interval}) must be smaller than "
+            f"REGROUP_SESSION_TIMEOUT_MS ({session})."
+        )
+    assignors = _assignors(raw.get("assignors"), defaults.assignors)
+    max_size = _int(raw, "max_group_size", 0, 1) if "max_group_size" in raw else None
+    try:
+        grace = float(raw.get("shutdown_grace_s", defaults.shutdown_grace_s))
+    except ValueError:
+        raise ConfigError("REGROUP_SHUTDOWN_GRACE_S must be a number of seconds.") from None
+    listen = raw.get("listen", defaults.listen)
+    if ":" not in listen:
+        raise ConfigError(f"REGROUP_LISTEN must be host:port, got {listen!r}.")
+    return Settings(
+        listen=listen,
+        database_url=raw.get("database_url"),
+        data_dir=Path(raw.get("data_dir", DEFAULT_DATA_DIR)),
+        session_timeout_ms=session,
+        heartbeat_interval_ms=interval,
+        max_group_size=max_size,
+        assignors=assignors,
+        max_message_bytes=_int(raw, "max_message_bytes", defaults.max_message_bytes, 1024),
+        shutdown_grace_s=grace,
+        log_level=raw.get("log_level", defaults.log_level).lower(),
+        replica_id=raw.get("replica_id", ""),
+        migrations_dir=Path(raw["migrations_dir"]) if "migrations_dir" in raw else None,
+    )
+
+
+def _assignors(value: str | None, default: Sequence[str]) -> tuple[str, ...]:
+    if value is None:
+        return tuple(default)
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if not names:
+        raise ConfigError("REGROUP_ASSIGNORS must name at least one assignor.")
+    unknown = [n for n in names if n not in BUILTIN_ASSIGNORS]
+    if unknown:
+        raise ConfigError(
+            f"REGROUP_ASSIGNORS names unknown assignors {unknown}; available: {', '.join(BUILTIN_ASSIGNORS)}."
+        )
+    return names
+
+
+def settings_from_environment(args: argparse.Namespace | None = None) -> Settings:
+    return load_settings(os.environ, args)

@@ -1,0 +1,64 @@
+"""Command line: `python -m regroup.server [serve|migrate] [--flags]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+import structlog
+
+from .app import RegroupServer, resolve_database_url, run_migrations
+from .config import ConfigError, Settings, add_arguments, settings_from_environment
+from .logs import configure_logging
+from .store import StoreUnavailable
+
+
+async def _serve(settings: Settings) -> None:
+    server = RegroupServer(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+async def _migrate(settings: Settings) -> None:
+    dsn = await resolve_database_url(settings)
+    applied = await run_migrations(dsn, settings)
+    structlog.get_logger("regroup").info("migrations_applied", migrations=applied)
+
+
+def _run(coro_factory: object) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is optional off Linux
+        asyncio.run(coro_factory)  # type: ignore[arg-type]
+    else:
+        uvloop.run(coro_factory)  # type: ignore[arg-type]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="regroup-server", description="regroup group coordinator")
+    parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_environment(args)
+    except ConfigError as e:
+        print(f"regroup: configuration error: {e}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level)
+    try:
+        _run(_migrate(settings) if args.command == "migrate" else _serve(settings))
+    except StoreUnavailable as e:
+        print(f"regroup: {e}", file=sys.stderr)
+        return 1
+    return 0

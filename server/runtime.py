@@ -1,0 +1,439 @@
+"""The coordinator runtime: serialises operations per group, stores, then replays.
+
+For every operation on a group: take the group's lock, run the pure engine
+with the current time and topic image, store the records it returned in one
+transaction, replay them into memory, arm its timers, and only then answer.
+An operation that produced no record writes nothing. Groups run concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import structlog
+
+from regroup.reconciler import (
+    ApiError,
+    CancelRebalanceTimeout,
+    CancelTimeouts,
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatResponse,
+    Context,
+    Group,
+    GroupConfig,
+    MemberState,
+    Record,
+    Result,
+    ScheduleRebalanceTimeout,
+    ScheduleSessionTimeout,
+    TimerOp,
+    Topic,
+    TopicsImage,
+    consumer_group_heartbeat,
+    delete_group,
+    on_rebalance_timeout,
+    on_session_timeout,
+    refresh_metadata,
+    replay_all,
+)
+from regroup.reconciler.errors import (
+    CoordinatorNotAvailable,
+    GroupIdNotFound,
+    NotCoordinator,
+    UnknownTopicId,
+    UnknownTopicOrPartition,
+)
+from regroup.reconciler.records import (
+    CurrentAssignmentRecord,
+    GroupMetadataRecord,
+    MemberMetadataRecord,
+    MemberMetadataTombstone,
+    TargetAssignmentEpochRecord,
+    TargetAssignmentMemberRecord,
+)
+from regroup.reconciler.topics import create_topic, grow_topic
+
+from .clock import Clock
+from .store import NotOwner, PostgresStore, StoreUnavailable
+from .timers import TimerKey, TimerQueue
+
+T = TypeVar("T")
+Operation = Callable[[Group | None, Context], Result[T]]
+
+#: How long to wait before retrying a timeout whose fencing could not be stored.
+TIMER_RETRY_MS = 1_000
+
+
+class _KeyedLocks:
+    """One asyncio.Lock per group id, dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOutcome:
+    """The result of one topic in a batch admin call."""
+
+    name: str
+    topic: Topic | None = None
+    error: ApiError | None = None
+    topic_id: str = ""
+
+
+class Coordinator:
+    def __init__(
+        self, store: PostgresStore, config: GroupConfig, clock: Clock, *, run_timers: bool = True
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        self.image = TopicsImage()
+        self.timers = TimerQueue()
+        self._run_timers = run_timers
+        self._locks = _KeyedLocks()
+        #: Groups whose last write failed: memory may not match the store.
+        self._stale: set[str] = set()
+        self._topic_lock = asyncio.Lock()
+        self._timer_task: asyncio.Task[None] | None = None
+        self.log = structlog.get_logger("regroup")
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Loads every group and topic, re-arms timers, then serves."""
+        owner_epoch = await self.store.claim_ownership()
+        self.image = TopicsImage(await self.store.load_topics(), version=1)
+        self.groups = await self.store.load_groups()
+        now = self.clock.now_ms()
+        for group in self.groups.values():
+            self._arm_loaded_timers(group, now)
+        self.log.info(
+            "coordinator_loaded",
+            groups=len(self.groups),
+            members=sum(len(g.members) for g in self.groups.values()),
+            topics=len(self.image.by_id),
+            owner_epoch=owner_epoch,
+            replica_id=self.store.replica_id,
+        )
+        # Topics may have changed after a group's last write (a crash between
+        # the two): the refresh bumps the groups whose metadata moved.
+        await self.refresh_groups()
+        if self._run_timers:
+            self._timer_task = asyncio.create_task(self._timer_loop(), name="regroup-timers")
+
+    async def stop(self) -> None:
+        if self._timer_task is not None:
+            self._timer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer_task
+            self._timer_task = None
+
+    def _arm_loaded_timers(self, group: Group, now: int) -> None:
+        """As Kafka does on load: a full session for everyone, and a full
+        rebalance timeout for members that still owe a revocation."""
+        for member in group.members.values():
+            session = TimerKey(group.group_id, member.member_id, "session")
+            if self.timers.deadline(session) is None:
+                self.timers.schedule(session, now + self.config.session_timeout_ms)
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                rebalance = TimerKey(group.group_id, member.member_id, "rebalance")
+                if self.timers.deadline(rebalance) is None:
+                    self.timers.schedule(rebalance, now + member.rebalance_timeout_ms, member.member_epoch)
+
+    # -- the write path ----------------------------------------------------------
+
+    async def run(self, group_id: str, op: Operation[T], *, cause: str, new_member_id: str = "") -> T:
+        """Runs `op` on the group under its lock; stores and replays its records."""
+        async with self._locks.hold(group_id):
+            group = await self._current_group(group_id)
+            ctx = Context(
+                now_ms=self.clock.now_ms(), config=self.config, image=self.image, new_member_id=new_member_id
+            )
+            result = op(group, ctx)
+            if result.records:
+                await self._store(group_id, result.records)
+                self._log_records(group, group_id, result.records, cause)
+                replayed = replay_all(group, group_id, result.records)
+                if replayed is None:
+                    self.groups.pop(group_id, None)
+                else:
+                    self.groups[group_id] = replayed
+            self._apply_timers(group_id, result.timers)
+            return result.response
+
+    async def _store(self, group_id: str, records: Sequence[Record]) -> None:
+        try:
+            await self.store.append(group_id, records)
+        except StoreUnavailable as e:
+            # The commit may or may not have happened: reload before the next use.
+            self._stale.add(group_id)
+            self.log.warning("store_unavailable", group_id=group_id, error=str(e))
+            raise CoordinatorNotAvailable(str(e)) from e
+        except NotOwner as e:
+            self._stale.add(group_id)
+            self.log.warning("group_ownership_lost", group_id=group_id, error=str(e))
+            raise NotCoordinator(str(e)) from e
+
+    async def _current_group(self, group_id: str) -> Group | None:
+        if group_id not in self._stale:
+            return self.groups.get(group_id)
+        try:
+            group = await self.store.load_group(group_id)
+            owner = await self.store.group_owner(group_id)
+        except StoreUnavailable as e:
+            raise CoordinatorNotAvailable(str(e)) from e
+        if owner is not None and owner != (self.store.replica_id, self.store.owner_epoch):
+            raise NotCoordinator(f"Group {group_id} is owned by {owner[0]} at owner epoch {owner[1]}.")
+        self._stale.discard(group_id)
+        if group is None:
+            self.groups.pop(group_id, None)
+        else:
+            self.groups[group_id] = group
+            self._arm_loaded_timers(group, self.clock.now_ms())
+        self.log.info("group_reloaded", group_id=group_id, exists=group is not None)
+        return group
+
+    def _apply_timers(self, group_id: str, ops: Iterable[TimerOp]) -> None:
+        for op in ops:
+            match op:
+                case ScheduleSessionTimeout():
+                    self.timers.schedule(TimerKey(group_id, op.member_id, "session"), op.deadline_ms)
+                case ScheduleRebalanceTimeout():
+                    self.timers.schedule(
+                        TimerKey(group_id, op.member_id, "rebalance"), op.deadline_ms, op.member_epoch
+                    )
+                case CancelRebalanceTimeout():
+                    self.timers.cancel(TimerKey(group_id, op.member_id, "rebalance"))
+                case CancelTimeouts():
+                    self.timers.cancel_member(group_id, op.member_id)
+
+    # -- operations ----------------------------------------------------------------
+
+    async def consumer_group_heartbeat(self, req: ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeatResponse:
+        new_member_id = str(uuid.uuid4()) if not req.member_id and req.member_epoch == 0 else ""
+        cause = "leave" if req.member_epoch < 0 else "heartbeat"
+
+        def op(group: Group | None, ctx: Context) -> Result[ConsumerGroupHeartbeatResponse]:
+            return consumer_group_heartbeat(group, req, ctx)
+
+        return await self.run(req.group_id, op, cause=cause, new_member_id=new_member_id)
+
+    async def delete_group(self, group_id: str) -> None:
+        def op(group: Group | None, ctx: Context) -> Result[None]:
+            if group is None:
+                raise GroupIdNotFound(f"Group {group_id} not found.")
+            return delete_group(group)
+
+        await self.run(group_id, op, cause="delete")
+
+    async def refresh_groups(self) -> None:
+        """Bumps the epoch of every group whose subscribed topics changed."""
+
+        def op(group: Group | None, ctx: Context) -> Result[bool]:
+            return Result(False) if group is None else refresh_metadata(group, ctx)
+
+        for group_id in [g.group_id for g in self.groups.values() if g.members]:
+            try:
+                await self.run(group_id, op, cause="metadata_refresh")
+            except (CoordinatorNotAvailable, NotCoordinator) as e:
+                self.log.warning("metadata_refresh_failed", group_id=group_id, error=str(e))
+
+    # -- timers ----------------------------------------------------------------------
+
+    async def _timer_loop(self) -> None:
+        while True:
+            self.timers.wake.clear()
+            await self.clock.sleep_until(self.timers.next_deadline(), self.timers.wake)
+            try:
+                await self.expire_due()
+            except Exception:
+                self.log.exception("timer_loop_failed")
+
+    async def expire_due(self) -> list[TimerKey]:
+        """Fences the members whose timers are due now; returns the fenced ones."""
+        by_group: dict[str, list[tuple[TimerKey, int]]] = defaultdict(list)
+        for key, payload in self.timers.pop_due(self.clock.now_ms()):
+            by_group[key.group_id].append((key, payload))
+        outcomes = await asyncio.gather(*(self._expire_group(items) for items in by_group.values()))
+        return [key for fenced in outcomes for key in fenced]
+
+    async def _expire_group(self, items: list[tuple[TimerKey, int]]) -> list[TimerKey]:
+        fenced = []
+        for key, payload in items:
+            if await self._expire(key, payload):
+                fenced.append(key)
+        return fenced
+
+    async def _expire(self, key: TimerKey, payload: int) -> bool:
+        def op(group: Group | None, ctx: Context) -> Result[bool]:
+            # A heartbeat may have re-armed the timer after it fired.
+            if group is None or self.timers.deadline(key) is not None:
+                return Result(False)
+            if key.kind == "session":
+                return on_session_timeout(group, key.member_id, ctx)
+            return on_rebalance_timeout(group, key.member_id, payload, ctx)
+
+        cause = f"{key.kind}_timeout"
+        try:
+            return await self.run(key.group_id, op, cause=cause)
+        except (CoordinatorNotAvailable, NotCoordinator) as e:
+            self.log.warning(
+                "timeout_not_applied",
+                group_id=key.group_id,
+                member_id=key.member_id,
+                kind=key.kind,
+                error=str(e),
+            )
+            if self.timers.deadline(key) is None:
+                self.timers.schedule(key, self.clock.now_ms() + TIMER_RETRY_MS, payload)
+            return False
+
+    # -- topics ------------------------------------------------------------------------
+
+    async def create_topics(self, specs: Sequence[tuple[str, int, tuple[str, ...]]]) -> list[TopicOutcome]:
+        outcomes = []
+        async with self._topic_lock:
+            for name, count, racks in specs:
+                try:
+                    topic = create_topic(self.image, name, count, racks, str(uuid.uuid4()))
+                    await self._put_topic(topic)
+                    outcomes.append(TopicOutcome(name, topic))
+                except ApiError as e:
+                    outcomes.append(TopicOutcome(name, error=e))
+        await self._after_topic_change(outcomes)
+        return outcomes
+
+    async def create_partitions(
+        self, specs: Sequence[tuple[str, str, int, tuple[str, ...]]]
+    ) -> list[TopicOutcome]:
+        """Grows topics named by (name, topic id, new count, new racks)."""
+        outcomes = []
+        async with self._topic_lock:
+            for name, topic_id, count, racks in specs:
+                try:
+                    topic = self._find_topic(name, topic_id)
+                    grown = grow_topic(topic, count, racks)
+                    await self._put_topic(grown)
+                    outcomes.append(TopicOutcome(grown.name, grown))
+                except ApiError as e:
+                    outcomes.append(TopicOutcome(name, error=e, topic_id=topic_id))
+        await self._after_topic_change(outcomes)
+        return outcomes
+
+    async def delete_topics(self, names: Sequence[str], topic_ids: Sequence[str]) -> list[TopicOutcome]:
+        outcomes = []
+        async with self._topic_lock:
+            for name, topic_id in [(n, "") for n in names] + [("", t) for t in topic_ids]:
+                try:
+                    topic = self._find_topic(name, topic_id)
+                    try:
+                        await self.store.delete_topic(topic.topic_id)
+                    except StoreUnavailable as e:
+                        raise _store_error(e) from e
+                    self.image = self.image.without_topic(topic.topic_id)
+                    self.log.info("topic_deleted", topic=topic.name, topic_id=topic.topic_id)
+                    outcomes.append(TopicOutcome(topic.name, topic))
+                except ApiError as e:
+                    outcomes.append(TopicOutcome(name, error=e, topic_id=topic_id))
+        await self._after_topic_change(outcomes)
+        return outcomes
+
+    def _find_topic(self, name: str, topic_id: str) -> Topic:
+        if topic_id:
+            topic = self.image.by_id.get(topic_id)
+            if topic is None:
+                raise UnknownTopicId(f"Topic id {topic_id} does not exist.")
+            return topic
+        topic = self.image.by_name.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
+        return topic
+
+    async def _put_topic(self, topic: Topic) -> None:
+        try:
+            await self.store.put_topic(topic)
+        except StoreUnavailable as e:
+            raise _store_error(e) from e
+        created = topic.topic_id not in self.image.by_id
+        self.image = self.image.with_topic(topic)
+        self.log.info(
+            "topic_created" if created else "topic_partitions_created",
+            topic=topic.name,
+            topic_id=topic.topic_id,
+            partitions=topic.num_partitions,
+        )
+
+    async def _after_topic_change(self, outcomes: Sequence[TopicOutcome]) -> None:
+        if any(o.error is None for o in outcomes):
+            await self.refresh_groups()
+
+    # -- logging -------------------------------------------------------------------------
+
+    def _log_records(self, group: Group | None, group_id: str, records: Sequence[Record], cause: str) -> None:
+        """One event per state change, named after it (the engine itself never logs)."""
+        log = self.log.bind(group_id=group_id)
+        known = set() if group is None else set(group.members)
+        epoch = 0 if group is None else group.group_epoch
+        targets_changed = 0
+        for record in records:
+            match record:
+                case MemberMetadataRecord() if record.member_id not in known:
+                    known.add(record.member_id)
+                    log.info(
+                        "member_joined",
+                        member_id=record.member_id,
+                        instance_id=record.instance_id,
+                        topics=list(record.subscribed_topic_names),
+                        regex=record.subscribed_topic_regex,
+                    )
+                case MemberMetadataTombstone():
+                    event = "member_left" if cause == "leave" else "member_fenced"
+                    log.info(event, member_id=record.member_id, reason=cause)
+                case GroupMetadataRecord() if record.group_epoch != epoch:
+                    log.info("group_epoch_bumped", epoch=record.group_epoch, previous=epoch, reason=cause)
+                    epoch = record.group_epoch
+                case TargetAssignmentMemberRecord():
+                    targets_changed += 1
+                case TargetAssignmentEpochRecord():
+                    log.info(
+                        "target_assignment_computed",
+                        assignment_epoch=record.assignment_epoch,
+                        members_changed=targets_changed,
+                    )
+                case CurrentAssignmentRecord():
+                    log.debug(
+                        "member_reconciled",
+                        member_id=record.member_id,
+                        state=record.state.name,
+                        member_epoch=record.member_epoch,
+                    )
+                case _:
+                    pass
+
+
+def _store_error(e: StoreUnavailable) -> ApiError:
+    return CoordinatorNotAvailable(f"The store is unavailable: {e}")

@@ -1,0 +1,203 @@
+"""The gRPC servicers: map the wire to the domain, call the runtime, map back.
+
+Protocol outcomes are answered as `error_code` with gRPC status OK; only a bug
+becomes a non-OK status (INTERNAL), logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import structlog
+
+from regroup.reconciler import ApiError, ErrorCode
+from regroup.reconciler.errors import GroupIdNotFound
+from regroup.reconciler.validation import validate_group_id
+from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+
+from . import mapping
+from .runtime import Coordinator, TopicOutcome
+
+log = structlog.get_logger("regroup")
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Ctx = grpc.aio.ServicerContext[Any, Any]
+Handler = Callable[[Any, Req, Ctx], Awaitable[Resp]]
+
+
+def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
+    """Turns an unexpected exception into INTERNAL (after logging it) instead of UNKNOWN."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Req, context: Ctx) -> Resp:
+        try:
+            return await method(self, request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            log.exception("internal_error", rpc=method.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"Internal error in {method.__name__}: {e!r}")
+            raise  # unreachable: abort raises
+
+    return wrapper
+
+
+class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coordinator = coordinator
+
+    @internal_errors
+    async def ConsumerGroupHeartbeat(
+        self, request: coordinator_pb2.ConsumerGroupHeartbeatRequest, context: Ctx
+    ) -> coordinator_pb2.ConsumerGroupHeartbeatResponse:
+        # The client's address is only worth reading when it joins.
+        host = mapping.peer_host(context.peer()) if request.member_epoch == 0 else ""
+        try:
+            response = await self._coordinator.consumer_group_heartbeat(
+                mapping.heartbeat_from_pb(request, host)
+            )
+        except ApiError as e:
+            return coordinator_pb2.ConsumerGroupHeartbeatResponse(
+                error_code=mapping.error_code_pb(e.code), error_message=e.message, member_id=request.member_id
+            )
+        return mapping.heartbeat_to_pb(response, self._coordinator.image)
+
+
+def _error_fields(e: ApiError) -> dict[str, Any]:
+    return {"error_code": mapping.error_code_pb(e.code), "error_message": e.message}
+
+
+class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coordinator = coordinator
+
+    @internal_errors
+    async def CreateTopics(
+        self, request: admin_pb2.CreateTopicsRequest, context: Ctx
+    ) -> admin_pb2.CreateTopicsResponse:
+        outcomes = await self._coordinator.create_topics(
+            [(t.name, t.num_partitions, tuple(t.partition_racks)) for t in request.topics]
+        )
+        return admin_pb2.CreateTopicsResponse(
+            topics=[admin_pb2.CreateTopicsResponse.Result(**_topic_result(o)) for o in outcomes]
+        )
+
+    @internal_errors
+    async def CreatePartitions(
+        self, request: admin_pb2.CreatePartitionsRequest, context: Ctx
+    ) -> admin_pb2.CreatePartitionsResponse:
+        outcomes = await self._coordinator.create_partitions(
+            [(t.name, t.topic_id, t.count, tuple(t.new_partition_racks)) for t in request.topics]
+        )
+        return admin_pb2.CreatePartitionsResponse(
+            topics=[admin_pb2.CreatePartitionsResponse.Result(**_topic_result(o)) for o in outcomes]
+        )
+
+    @internal_errors
+    async def DeleteTopics(
+        self, request: admin_pb2.DeleteTopicsRequest, context: Ctx
+    ) -> admin_pb2.DeleteTopicsResponse:
+        outcomes = await self._coordinator.delete_topics(list(request.names), list(request.topic_ids))
+        results = []
+        for o in outcomes:
+            fields = _topic_result(o)
+            fields.pop("num_partitions", None)
+            results.append(admin_pb2.DeleteTopicsResponse.Result(**fields))
+        return admin_pb2.DeleteTopicsResponse(topics=results)
+
+    @internal_errors
+    async def DescribeTopics(
+        self, request: admin_pb2.DescribeTopicsRequest, context: Ctx
+    ) -> admin_pb2.DescribeTopicsResponse:
+        image = self._coordinator.image
+        names = list(request.names) or sorted(image.by_name)
+        out = []
+        for name in names:
+            topic = image.by_name.get(name)
+            if topic is None:
+                out.append(
+                    admin_pb2.TopicDescription(
+                        name=name,
+                        error_code=mapping.error_code_pb(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                        error_message=f"Topic '{name}' does not exist.",
+                    )
+                )
+            else:
+                out.extend(
+                    mapping.topic_description_pb(
+                        [(topic.name, topic.topic_id, topic.num_partitions, topic.partition_racks)]
+                    )
+                )
+        return admin_pb2.DescribeTopicsResponse(topics=out)
+
+    @internal_errors
+    async def ListGroups(
+        self, request: admin_pb2.ListGroupsRequest, context: Ctx
+    ) -> admin_pb2.ListGroupsResponse:
+        states = {s.lower() for s in request.states_filter}
+        types = {t.lower() for t in request.types_filter}
+        groups = []
+        for group_id, group in sorted(self._coordinator.groups.items()):
+            state = group.state().value
+            if (states and state.lower() not in states) or (types and group.group_type.lower() not in types):
+                continue
+            groups.append(
+                admin_pb2.ListGroupsResponse.Group(
+                    group_id=group_id, group_state=state, group_type=group.group_type
+                )
+            )
+        return admin_pb2.ListGroupsResponse(groups=groups)
+
+    @internal_errors
+    async def DescribeGroups(
+        self, request: admin_pb2.DescribeGroupsRequest, context: Ctx
+    ) -> admin_pb2.DescribeGroupsResponse:
+        coordinator = self._coordinator
+        out = []
+        for group_id in request.group_ids:
+            group = coordinator.groups.get(group_id)
+            if group is None:
+                error = _group_error(group_id)
+                out.append(
+                    admin_pb2.DescribedGroup(group_id=group_id, group_state="Dead", **_error_fields(error))
+                )
+            else:
+                out.append(mapping.group_pb(group, coordinator.image, coordinator.config))
+        return admin_pb2.DescribeGroupsResponse(groups=out)
+
+    @internal_errors
+    async def DeleteGroups(
+        self, request: admin_pb2.DeleteGroupsRequest, context: Ctx
+    ) -> admin_pb2.DeleteGroupsResponse:
+        results = []
+        for group_id in request.group_ids:
+            try:
+                validate_group_id(group_id)
+                await self._coordinator.delete_group(group_id)
+                results.append(admin_pb2.DeleteGroupsResponse.Result(group_id=group_id))
+            except ApiError as e:
+                results.append(admin_pb2.DeleteGroupsResponse.Result(group_id=group_id, **_error_fields(e)))
+        return admin_pb2.DeleteGroupsResponse(results=results)
+
+
+def _group_error(group_id: str) -> ApiError:
+    try:
+        validate_group_id(group_id)
+    except ApiError as e:
+        return e
+    return GroupIdNotFound(f"Group {group_id} not found.")
+
+
+def _topic_result(outcome: TopicOutcome) -> dict[str, Any]:
+    if outcome.error is not None:
+        return {"name": outcome.name, "topic_id": outcome.topic_id, **_error_fields(outcome.error)}
+    assert outcome.topic is not None
+    return {
+        "name": outcome.topic.name,
+        "topic_id": outcome.topic.topic_id,
+        "num_partitions": outcome.topic.num_partitions,
+    }

@@ -1,0 +1,365 @@
+"""The Postgres store: loads groups and topics, and appends an operation's records.
+
+Every operation's records are written in one transaction, after a guard that
+checks this replica still owns the group (owner and owner epoch). Records are
+coalesced per row first, so a transaction writes each row at most once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import asyncpg
+
+from regroup.reconciler import Group, Record, Topic, replay_all
+from regroup.reconciler.model import Assignment, MemberState
+from regroup.reconciler.records import (
+    CurrentAssignmentRecord,
+    CurrentAssignmentTombstone,
+    GroupMetadataRecord,
+    GroupTombstone,
+    MemberMetadataRecord,
+    MemberMetadataTombstone,
+    TargetAssignmentEpochRecord,
+    TargetAssignmentMemberRecord,
+    TargetAssignmentMemberTombstone,
+)
+
+#: A connection taken from the pool.
+Conn: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
+
+
+class StoreUnavailable(Exception):
+    """The store could not be reached or the transaction failed; retry later."""
+
+
+class NotOwner(Exception):
+    """Another replica owns the group now; this one must stop serving it."""
+
+
+def encode_assignment(assignment: Assignment) -> str:
+    return json.dumps({t: sorted(p) for t, p in sorted(assignment.items())}, separators=(",", ":"))
+
+
+def decode_assignment(value: str | dict[str, list[int]]) -> Assignment:
+    raw = json.loads(value) if isinstance(value, str) else value
+    return {t: frozenset(p) for t, p in raw.items() if p}
+
+
+@dataclass
+class _GroupRow:
+    group_type: str | None = None
+    group_epoch: int | None = None
+    metadata_hash: int | None = None
+    assignment_epoch: int | None = None
+
+
+@dataclass
+class _Batch:
+    """An operation's records coalesced per row: the last write of a row wins."""
+
+    group: _GroupRow | None = None
+    delete_group: bool = False
+    members: dict[str, MemberMetadataRecord | None] = field(default_factory=dict)
+    targets: dict[str, Assignment | None] = field(default_factory=dict)
+    current: dict[str, CurrentAssignmentRecord | None] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, records: Iterable[Record]) -> _Batch:
+        batch = cls()
+        for record in records:
+            batch._add(record)
+        return batch
+
+    def _row(self) -> _GroupRow:
+        if self.group is None:
+            self.group = _GroupRow()
+        return self.group
+
+    def _add(self, record: Record) -> None:
+        match record:
+            case GroupMetadataRecord():
+                row = self._row()
+                row.group_type = record.group_type
+                row.group_epoch = record.group_epoch
+                row.metadata_hash = record.metadata_hash
+                self.delete_group = False
+            case TargetAssignmentEpochRecord():
+                self._row().assignment_epoch = record.assignment_epoch
+            case GroupTombstone():
+                self.delete_group = True
+            case MemberMetadataRecord():
+                self.members[record.member_id] = record
+            case MemberMetadataTombstone():
+                self.members[record.member_id] = None
+            case TargetAssignmentMemberRecord():
+                self.targets[record.member_id] = record.partitions
+            case TargetAssignmentMemberTombstone():
+                self.targets[record.member_id] = None
+            case CurrentAssignmentRecord():
+                self.current[record.member_id] = record
+            case CurrentAssignmentTombstone():
+                self.current[record.member_id] = None
+
+
+_UPSERT_GROUP = """
+INSERT INTO groups AS g (group_id, group_type, group_epoch, metadata_hash, assignment_epoch,
+                         owner, owner_epoch)
+VALUES ($1, COALESCE($2::text, 'consumer'), COALESCE($3::int, 0), COALESCE($4::bigint, 0),
+        COALESCE($5::int, 0), $6, $7)
+ON CONFLICT (group_id) DO UPDATE SET
+    group_type = COALESCE($2::text, g.group_type),
+    group_epoch = COALESCE($3::int, g.group_epoch),
+    metadata_hash = COALESCE($4::bigint, g.metadata_hash),
+    assignment_epoch = COALESCE($5::int, g.assignment_epoch),
+    updated_at = now()
+"""
+
+_UPSERT_MEMBER = """
+INSERT INTO members (group_id, member_id, instance_id, rack_id, client_id, client_host,
+                     subscribed_topic_names, subscribed_topic_regex, server_assignor, rebalance_timeout_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+ON CONFLICT (group_id, member_id) DO UPDATE SET
+    instance_id = EXCLUDED.instance_id, rack_id = EXCLUDED.rack_id, client_id = EXCLUDED.client_id,
+    client_host = EXCLUDED.client_host, subscribed_topic_names = EXCLUDED.subscribed_topic_names,
+    subscribed_topic_regex = EXCLUDED.subscribed_topic_regex, server_assignor = EXCLUDED.server_assignor,
+    rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms
+"""
+
+_UPSERT_TARGET = """
+INSERT INTO target_assignments (group_id, member_id, partitions) VALUES ($1, $2, $3::jsonb)
+ON CONFLICT (group_id, member_id) DO UPDATE SET partitions = EXCLUDED.partitions
+"""
+
+_UPSERT_CURRENT = """
+INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
+                                 assigned, pending_revocation)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb)
+ON CONFLICT (group_id, member_id) DO UPDATE SET
+    state = EXCLUDED.state, member_epoch = EXCLUDED.member_epoch,
+    previous_member_epoch = EXCLUDED.previous_member_epoch,
+    assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
+"""
+
+
+class PostgresStore:
+    def __init__(self, pool: asyncpg.Pool, replica_id: str) -> None:
+        self._pool = pool
+        self.replica_id = replica_id or f"regroup-{uuid.uuid4()}"
+        self.owner_epoch = 0
+        #: Transactions committed by this store (for tests and benchmarks).
+        self.commits = 0
+
+    @classmethod
+    async def connect(cls, dsn: str, replica_id: str = "", max_size: int = 8) -> PostgresStore:
+        try:
+            pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size)
+        except (OSError, asyncpg.PostgresError) as e:
+            raise StoreUnavailable(f"Cannot connect to Postgres: {e}") from e
+        return cls(pool, replica_id)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Conn]:
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                yield conn
+        except (NotOwner, StoreUnavailable):
+            raise
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
+        self.commits += 1
+
+    # -- ownership -----------------------------------------------------------
+
+    async def claim_ownership(self) -> int:
+        """Draws a new owner epoch and takes every group (single active replica)."""
+        async with self._transaction() as conn:
+            self.owner_epoch = int(await conn.fetchval("SELECT nextval('owner_epochs')"))
+            await conn.execute(
+                "UPDATE groups SET owner = $1, owner_epoch = $2", self.replica_id, self.owner_epoch
+            )
+        return self.owner_epoch
+
+    async def _guard(self, conn: Conn, group_id: str) -> None:
+        row = await conn.fetchrow(
+            "SELECT owner, owner_epoch FROM groups WHERE group_id = $1 FOR UPDATE", group_id
+        )
+        if row is not None and (row["owner"], row["owner_epoch"]) != (self.replica_id, self.owner_epoch):
+            raise NotOwner(
+                f"Group {group_id} is owned by {row['owner']} at owner epoch {row['owner_epoch']}."
+            )
+
+    # -- groups ----------------------------------------------------------------
+
+    async def append(self, group_id: str, records: Sequence[Record]) -> None:
+        """Stores one operation's records in one transaction."""
+        batch = _Batch.of(records)
+        async with self._transaction() as conn:
+            await self._guard(conn, group_id)
+            if batch.group is not None and not batch.delete_group:
+                row = batch.group
+                await conn.execute(
+                    _UPSERT_GROUP,
+                    group_id,
+                    row.group_type,
+                    row.group_epoch,
+                    row.metadata_hash,
+                    row.assignment_epoch,
+                    self.replica_id,
+                    self.owner_epoch,
+                )
+            await self._write_members(conn, group_id, batch)
+            if batch.delete_group:
+                await conn.execute("DELETE FROM groups WHERE group_id = $1", group_id)
+
+    async def _write_members(self, conn: Conn, group_id: str, batch: _Batch) -> None:
+        deletes = [
+            ("members", [m for m, r in batch.members.items() if r is None]),
+            ("target_assignments", [m for m, t in batch.targets.items() if t is None]),
+            ("current_assignments", [m for m, c in batch.current.items() if c is None]),
+        ]
+        for table, member_ids in deletes:
+            if member_ids:
+                await conn.execute(
+                    f"DELETE FROM {table} WHERE group_id = $1 AND member_id = ANY($2::text[])",
+                    group_id,
+                    member_ids,
+                )
+        members = [
+            (
+                group_id,
+                r.member_id,
+                r.instance_id,
+                r.rack_id,
+                r.client_id,
+                r.client_host,
+                list(r.subscribed_topic_names),
+                r.subscribed_topic_regex,
+                r.server_assignor,
+                r.rebalance_timeout_ms,
+            )
+            for r in batch.members.values()
+            if r is not None
+        ]
+        targets = [(group_id, m, encode_assignment(t)) for m, t in batch.targets.items() if t is not None]
+        current = [
+            (
+                group_id,
+                c.member_id,
+                int(c.state),
+                c.member_epoch,
+                c.previous_member_epoch,
+                encode_assignment(c.assigned),
+                encode_assignment(c.pending_revocation),
+            )
+            for c in batch.current.values()
+            if c is not None
+        ]
+        for sql, rows in ((_UPSERT_MEMBER, members), (_UPSERT_TARGET, targets), (_UPSERT_CURRENT, current)):
+            if len(rows) == 1:
+                await conn.execute(sql, *rows[0])
+            elif rows:
+                await conn.executemany(sql, rows)
+
+    async def load_groups(self) -> dict[str, Group]:
+        """Rebuilds every group by replaying its stored rows as records."""
+        async with self._pool.acquire() as conn:
+            return await self._load(conn, None)
+
+    async def load_group(self, group_id: str) -> Group | None:
+        try:
+            async with self._pool.acquire() as conn:
+                groups = await self._load(conn, group_id)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
+        return groups.get(group_id)
+
+    async def group_owner(self, group_id: str) -> tuple[str, int] | None:
+        row = await self._pool.fetchrow("SELECT owner, owner_epoch FROM groups WHERE group_id = $1", group_id)
+        return None if row is None else (row["owner"], row["owner_epoch"])
+
+    async def _load(self, conn: Conn, group_id: str | None) -> dict[str, Group]:
+        where, args = ("WHERE group_id = $1", [group_id]) if group_id is not None else ("", [])
+        records: dict[str, list[Record]] = {}
+        for row in await conn.fetch(f"SELECT * FROM groups {where} ORDER BY group_id", *args):
+            records[row["group_id"]] = [
+                GroupMetadataRecord(row["group_epoch"], row["metadata_hash"], row["group_type"]),
+                TargetAssignmentEpochRecord(row["assignment_epoch"]),
+            ]
+        for row in await conn.fetch(f"SELECT * FROM members {where} ORDER BY group_id, member_id", *args):
+            records[row["group_id"]].append(
+                MemberMetadataRecord(
+                    member_id=row["member_id"],
+                    instance_id=row["instance_id"],
+                    rack_id=row["rack_id"],
+                    client_id=row["client_id"],
+                    client_host=row["client_host"],
+                    subscribed_topic_names=tuple(row["subscribed_topic_names"]),
+                    subscribed_topic_regex=row["subscribed_topic_regex"],
+                    server_assignor=row["server_assignor"],
+                    rebalance_timeout_ms=row["rebalance_timeout_ms"],
+                )
+            )
+        for row in await conn.fetch(f"SELECT * FROM target_assignments {where}", *args):
+            records[row["group_id"]].append(
+                TargetAssignmentMemberRecord(row["member_id"], decode_assignment(row["partitions"]))
+            )
+        for row in await conn.fetch(f"SELECT * FROM current_assignments {where}", *args):
+            records[row["group_id"]].append(
+                CurrentAssignmentRecord(
+                    member_id=row["member_id"],
+                    state=MemberState.decode(row["state"]),
+                    member_epoch=row["member_epoch"],
+                    previous_member_epoch=row["previous_member_epoch"],
+                    assigned=decode_assignment(row["assigned"]),
+                    pending_revocation=decode_assignment(row["pending_revocation"]),
+                )
+            )
+        groups: dict[str, Group] = {}
+        for gid, group_records in records.items():
+            group = replay_all(None, gid, group_records)
+            if group is not None:
+                groups[gid] = group
+        return groups
+
+    # -- topics ----------------------------------------------------------------
+
+    async def load_topics(self) -> list[Topic]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch("SELECT * FROM topics ORDER BY name")
+        return [
+            Topic(str(r["topic_id"]), r["name"], r["num_partitions"], tuple(r["partition_racks"]))
+            for r in rows
+        ]
+
+    async def put_topic(self, topic: Topic) -> None:
+        async with self._transaction() as conn:
+            await conn.execute(
+                """
+                INSERT INTO topics (topic_id, name, num_partitions, partition_racks) VALUES ($1, $2, $3, $4)
+                ON CONFLICT (topic_id) DO UPDATE SET num_partitions = EXCLUDED.num_partitions,
+                    partition_racks = EXCLUDED.partition_racks, updated_at = now()
+                """,
+                uuid.UUID(topic.topic_id),
+                topic.name,
+                topic.num_partitions,
+                list(topic.partition_racks),
+            )
+
+    async def delete_topic(self, topic_id: str) -> None:
+        async with self._transaction() as conn:
+            await conn.execute("DELETE FROM topics WHERE topic_id = $1", uuid.UUID(topic_id))
+
+    # -- introspection -----------------------------------------------------------
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        async with self._pool.acquire() as conn:
+            return list(await conn.fetch(sql, *args))

@@ -1,0 +1,53 @@
+"""Runs mypy on the regroup namespace: strict on the engine and the server.
+
+reconciler/ and server/ are installed as regroup.reconciler and regroup.server
+through a setuptools package-dir mapping, which mypy cannot follow. This script
+lays out directory symlinks under build/typecheck/regroup/ so that mypy sees
+the real package names, then checks them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINKS = {
+    "reconciler": ROOT / "reconciler",
+    "server": ROOT / "server",
+    "client": ROOT / "clients/python/src/regroup/client",
+    "v1": ROOT / "clients/python/src/regroup/v1",
+}
+
+
+def main() -> int:
+    base = ROOT / "build" / "typecheck"
+    pkg = base / "regroup"
+    pkg.mkdir(parents=True, exist_ok=True)
+    for name, target in LINKS.items():
+        link = pkg / name
+        if link.is_symlink() and link.resolve() == target:
+            continue
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(target, target_is_directory=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--strict",
+        "--cache-dir",
+        str(ROOT / ".mypy_cache"),
+        "--namespace-packages",
+        "--explicit-package-bases",
+        "-p",
+        "regroup.reconciler",
+        "-p",
+        "regroup.server",
+    ]
+    return subprocess.call(cmd, cwd=base)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
