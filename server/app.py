@@ -101,15 +101,18 @@ class RegroupServer:
 
     async def stop(self) -> None:
         """Stops accepting calls, lets in-flight ones finish, then releases the store."""
-        if self._health is not None:
-            await self._health.enter_graceful_shutdown()
-        if self._server is not None:
-            await self._server.stop(self.settings.shutdown_grace_s)
-        if self.coordinator is not None:
-            await self.coordinator.stop()
-        if self._store is not None:
-            await self._store.close()
-        log.info("server_stopped")
+        health_servicer, server, store = self._health, self._server, self._store
+        coordinator = self.coordinator
+        self._health = self._server = self._store = None
+        if health_servicer is not None:
+            await health_servicer.enter_graceful_shutdown()
+        if server is not None:
+            await server.stop(self.settings.shutdown_grace_s)
+        if coordinator is not None:
+            await coordinator.stop()
+        if store is not None:
+            await store.close()
+            log.info("server_stopped")
 
     async def wait(self) -> None:
         if self._server is not None:

@@ -1,0 +1,81 @@
+"""Integration fixtures: a real embedded Postgres, a real server on a loopback
+port, and the real generated gRPC client."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from regroup.server.app import RegroupServer
+from regroup.server.clock import ManualClock
+from regroup.server.config import Settings
+from tests.support.pg import EmbeddedPostgres
+from tests.support.wire import Stubs
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[EmbeddedPostgres]:
+    pg = EmbeddedPostgres()
+    yield pg
+    pg.close()
+
+
+@pytest.fixture
+async def database(postgres: EmbeddedPostgres) -> str:
+    return await postgres.migrated_database()
+
+
+@dataclasses.dataclass
+class Service:
+    """A running regroup server and a client connected to it."""
+
+    server: RegroupServer
+    stubs: Stubs
+    settings: Settings
+
+    @property
+    def coordinator(self) -> Any:
+        assert self.server.coordinator is not None
+        return self.server.coordinator
+
+    @property
+    def clock(self) -> ManualClock:
+        assert isinstance(self.server.clock, ManualClock)
+        return self.server.clock
+
+
+ServiceFactory = Callable[..., Awaitable[Service]]
+
+
+@pytest.fixture
+async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
+    """Starts servers on the test's database; stops them all at the end."""
+    started: list[Service] = []
+
+    async def start(clock: Any = None, **overrides: Any) -> Service:
+        settings = Settings(
+            listen="127.0.0.1:0",
+            database_url=database,
+            shutdown_grace_s=0.5,
+            **overrides,
+        )
+        server = RegroupServer(settings) if clock is None else RegroupServer(settings, clock=clock)
+        await server.start()
+        service = Service(server, Stubs.connect(f"127.0.0.1:{server.port}"), settings)
+        started.append(service)
+        return service
+
+    yield start
+    for service in started:
+        await service.stubs.channel.close()
+        await service.server.stop()
+
+
+@pytest.fixture
+async def service(start_service: ServiceFactory) -> Service:
+    return await start_service()

@@ -1,0 +1,204 @@
+"""End to end: members join, converge, survive a restart and expire, over gRPC and Postgres."""
+
+from __future__ import annotations
+
+import pytest
+
+from regroup.server.clock import ManualClock
+from regroup.v1 import admin_pb2, common_pb2
+from tests.integration.conftest import Service, ServiceFactory
+from tests.support.wire import WireMember, assert_disjoint, converge
+
+pytestmark = pytest.mark.integration
+
+
+async def _xmax(service: Service) -> int:
+    """The next transaction id Postgres will hand out: it moves only when something writes."""
+    rows = await service.coordinator.store.fetch("SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS x")
+    return int(rows[0]["x"])
+
+
+async def test_members_join_and_converge_to_a_balanced_assignment(service: Service) -> None:
+    topic_id = await service.stubs.create_topic("orders", 12)
+    members = [WireMember(service.stubs.coordinator, "g1", f"m{i}", ["orders"]) for i in range(3)]
+
+    rounds = await converge(service.stubs, "g1", members)
+
+    assert rounds <= 3
+    group = await service.stubs.describe("g1")
+    assert group.group_state == "Stable"
+    assert group.group_epoch == group.assignment_epoch == 3
+    assert group.assignor_name == "uniform"
+    assert sorted(len(m.partitions()) for m in members) == [4, 4, 4]
+    assert set().union(*(m.partitions() for m in members)) == {(topic_id, p) for p in range(12)}
+    described = {m.member_id: m for m in group.members}
+    for member in members:
+        assert described[member.member_id].member_state == "STABLE"
+        assert described[member.member_id].member_epoch == 3
+        owned = {
+            (tp.topic_id, p)
+            for tp in described[member.member_id].assignment.topic_partitions
+            for p in tp.partitions
+        }
+        assert owned == member.partitions()
+        names = {tp.topic_name for tp in described[member.member_id].assignment.topic_partitions}
+        assert names == {"orders"}
+
+
+async def test_heartbeats_that_change_nothing_write_nothing(service: Service) -> None:
+    await service.stubs.create_topic("orders", 6)
+    members = [WireMember(service.stubs.coordinator, "g1", f"m{i}", ["orders"]) for i in range(2)]
+    await converge(service.stubs, "g1", members)
+    commits, xmax = service.coordinator.store.commits, await _xmax(service)
+
+    for _ in range(25):
+        for member in members:
+            response = await member.heartbeat()
+            assert response.error_code == common_pb2.NONE
+            assert not response.HasField("assignment")
+
+    assert service.coordinator.store.commits == commits
+    assert await _xmax(service) == xmax
+
+
+async def test_restart_is_invisible_to_members_that_keep_heartbeating(start_service: ServiceFactory) -> None:
+    first = await start_service()
+    await first.stubs.create_topic("orders", 8)
+    members = [WireMember(first.stubs.coordinator, "g1", f"m{i}", ["orders"]) for i in range(3)]
+    await converge(first.stubs, "g1", members)
+    before = await first.stubs.describe("g1")
+    owned_before = {m.member_id: m.partitions() for m in members}
+    await first.server.stop()
+
+    second = await start_service()
+    for member in members:
+        member.stub = second.stubs.coordinator
+        response = await member.heartbeat()
+        assert response.error_code == common_pb2.NONE, response.error_message
+        assert response.member_epoch == before.group_epoch
+        assert not response.HasField("assignment")
+    after = await second.stubs.describe("g1")
+    assert after.group_state == "Stable"
+    assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
+    assert {m.member_id: m.partitions() for m in members} == owned_before
+    assert after == before
+
+
+async def test_session_expiry_fences_a_silent_member_and_reassigns_its_partitions(
+    start_service: ServiceFactory,
+) -> None:
+    clock = ManualClock()
+    service = await start_service(clock=clock, session_timeout_ms=1_000, heartbeat_interval_ms=100)
+    await service.stubs.create_topic("orders", 4)
+    alive = WireMember(service.stubs.coordinator, "g1", "alive", ["orders"])
+    silent = WireMember(service.stubs.coordinator, "g1", "silent", ["orders"])
+    await converge(service.stubs, "g1", [alive, silent])
+    epoch = (await service.stubs.describe("g1")).group_epoch
+
+    clock.advance(600)
+    await alive.heartbeat()
+    clock.advance(600)  # silent: 1200 ms without a heartbeat; alive: 600 ms
+    fenced = await service.coordinator.expire_due()
+
+    assert [(k.member_id, k.kind) for k in fenced] == [("silent", "session")]
+    group = await service.stubs.describe("g1")
+    assert [m.member_id for m in group.members] == ["alive"]
+    assert group.group_epoch == epoch + 1
+    await converge(service.stubs, "g1", [alive])
+    assert len(alive.partitions()) == 4
+
+
+async def test_timer_loop_fences_without_any_request(start_service: ServiceFactory) -> None:
+    clock = ManualClock()
+    service = await start_service(clock=clock, session_timeout_ms=1_000, heartbeat_interval_ms=100)
+    await service.stubs.create_topic("orders", 2)
+    member = WireMember(service.stubs.coordinator, "g1", "m", ["orders"])
+    await member.heartbeat()
+
+    clock.advance(1_001)
+    for _ in range(200):  # wait for the background timer loop, not for wall time
+        if not (await service.stubs.describe("g1")).members:
+            break
+        await service.coordinator.store.fetch("SELECT 1")
+    assert (await service.stubs.describe("g1")).group_state == "Empty"
+
+
+async def test_rebalance_timeout_fences_a_member_that_does_not_revoke(start_service: ServiceFactory) -> None:
+    clock = ManualClock()
+    service = await start_service(clock=clock, session_timeout_ms=60_000, heartbeat_interval_ms=100)
+    await service.stubs.create_topic("orders", 4)
+    stubborn = WireMember(service.stubs.coordinator, "g1", "stubborn", ["orders"], rebalance_timeout_ms=500)
+    await converge(service.stubs, "g1", [stubborn])
+    newcomer = WireMember(service.stubs.coordinator, "g1", "newcomer", ["orders"])
+    await newcomer.heartbeat()
+    # The stubborn member learns it must revoke, but keeps claiming everything.
+    keep = {t: set(p) for t, p in stubborn.owned.items()}
+    await stubborn.heartbeat()
+    stubborn.owned = keep
+    await stubborn.heartbeat()
+    assert {m.member_id: m.member_state for m in (await service.stubs.describe("g1")).members}[
+        "stubborn"
+    ] == ("UNREVOKED_PARTITIONS")
+
+    clock.advance(501)
+    fenced = await service.coordinator.expire_due()
+
+    assert [(k.member_id, k.kind) for k in fenced] == [("stubborn", "rebalance")]
+    await converge(service.stubs, "g1", [newcomer])
+    assert len(newcomer.partitions()) == 4
+
+
+async def test_topic_growth_rebalances_subscribed_groups(service: Service) -> None:
+    topic_id = await service.stubs.create_topic("orders", 2)
+    members = [WireMember(service.stubs.coordinator, "g1", f"m{i}", ["orders"]) for i in range(2)]
+    await converge(service.stubs, "g1", members)
+    epoch = (await service.stubs.describe("g1")).group_epoch
+
+    resp = await service.stubs.admin.CreatePartitions(
+        admin_pb2.CreatePartitionsRequest(
+            topics=[admin_pb2.CreatePartitionsRequest.Topic(name="orders", count=6)]
+        )
+    )
+    assert resp.topics[0].error_code == common_pb2.NONE
+    assert (await service.stubs.describe("g1")).group_epoch == epoch + 1
+
+    rounds = await converge(service.stubs, "g1", members)
+    assert rounds == 1
+    assert set().union(*(m.partitions() for m in members)) == {(topic_id, p) for p in range(6)}
+    assert sorted(len(m.partitions()) for m in members) == [3, 3]
+
+
+async def test_static_member_restart_gets_its_partitions_back_without_a_rebalance(service: Service) -> None:
+    await service.stubs.create_topic("orders", 4)
+    static = WireMember(service.stubs.coordinator, "g1", "s-1", ["orders"], instance_id="worker-a")
+    other = WireMember(service.stubs.coordinator, "g1", "d-1", ["orders"])
+    await converge(service.stubs, "g1", [static, other])
+    before = await service.stubs.describe("g1")
+    mine = static.partitions()
+
+    leave = await service.stubs.coordinator.ConsumerGroupHeartbeat(
+        static.heartbeat_request().__class__(
+            group_id="g1", member_id="s-1", member_epoch=-2, instance_id="worker-a"
+        )
+    )
+    assert (leave.error_code, leave.member_epoch) == (common_pb2.NONE, -2)
+    restarted = WireMember(service.stubs.coordinator, "g1", "s-2", ["orders"], instance_id="worker-a")
+    await restarted.heartbeat()
+
+    assert restarted.partitions() == mine
+    assert restarted.epoch == before.group_epoch
+    after = await service.stubs.describe("g1")
+    assert after.group_epoch == before.group_epoch
+    assert sorted(m.member_id for m in after.members) == ["d-1", "s-2"]
+    assert_disjoint([restarted, other])
+
+
+async def test_leaving_member_hands_its_partitions_over(service: Service) -> None:
+    await service.stubs.create_topic("orders", 6)
+    members = [WireMember(service.stubs.coordinator, "g1", f"m{i}", ["orders"]) for i in range(3)]
+    await converge(service.stubs, "g1", members)
+
+    response = await members[0].leave()
+    assert (response.error_code, response.member_epoch) == (common_pb2.NONE, -1)
+    await converge(service.stubs, "g1", members[1:])
+    assert sorted(len(m.partitions()) for m in members[1:]) == [3, 3]
