@@ -7,7 +7,7 @@ PROTO_OUT := clients/python/src
 PROTOS := $(wildcard proto/regroup/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: setup run migrate proto proto-check lint typecheck test test-unit test-integration fmt clean
+.PHONY: setup run migrate proto proto-check lint typecheck test test-unit test-integration helm-lint fmt clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,10 @@ fmt: $(STAMP)
 ## mypy --strict on the pure engine, and on the server shell.
 typecheck: $(STAMP)
 	$(PY) tools/typecheck.py
+
+## Lints the Helm chart and validates its rendered manifests (helm comes from a pinned PyPI wheel).
+helm-lint: $(STAMP)
+	$(PY) -m pytest -q tests/test_helm.py
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -1,0 +1,51 @@
+{{- define "regroup.fullname" -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "regroup.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "regroup.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "regroup.image" -}}
+{{ printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end -}}
+
+{{- define "regroup.databaseSecret" -}}
+{{- default (printf "%s-database" (include "regroup.fullname" .)) .Values.database.existingSecret -}}
+{{- end -}}
+
+{{/* The environment shared by the server and the migration job. */}}
+{{- define "regroup.env" -}}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "regroup.databaseSecret" . }}
+      key: {{ .Values.database.existingSecretKey }}
+- name: REGROUP_LISTEN
+  value: "0.0.0.0:{{ .Values.service.port }}"
+- name: REGROUP_SESSION_TIMEOUT_MS
+  value: {{ .Values.config.sessionTimeoutMs | quote }}
+- name: REGROUP_HEARTBEAT_INTERVAL_MS
+  value: {{ .Values.config.heartbeatIntervalMs | quote }}
+{{- if gt (int .Values.config.maxGroupSize) 0 }}
+- name: REGROUP_MAX_GROUP_SIZE
+  value: {{ .Values.config.maxGroupSize | quote }}
+{{- end }}
+- name: REGROUP_ASSIGNORS
+  value: {{ .Values.config.assignors | quote }}
+- name: REGROUP_MAX_MESSAGE_BYTES
+  value: {{ .Values.config.maxMessageBytes | quote }}
+- name: REGROUP_SHUTDOWN_GRACE_S
+  value: {{ .Values.config.shutdownGraceSeconds | quote }}
+- name: REGROUP_LOG_LEVEL
+  value: {{ .Values.config.logLevel | quote }}
+{{- end -}}
