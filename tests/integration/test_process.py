@@ -1,0 +1,101 @@
+"""`python -m regroup.server` as `make run` starts it: embedded Postgres, migrations, graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from regroup.server.main import main
+from tests.support.wire import Stubs, WireMember
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _start(data_dir: Path, port: int) -> asyncio.subprocess.Process:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(REGROUP_DATA_DIR=str(data_dir), REGROUP_LISTEN=f"127.0.0.1:{port}")
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "regroup.server",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def _wait_serving(port: int) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for _ in range(300):
+            try:
+                status = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if status.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError("the service did not become healthy")
+
+
+async def _stop(process: asyncio.subprocess.Process) -> list[dict[str, object]]:
+    process.send_signal(signal.SIGTERM)
+    stdout, _ = await asyncio.wait_for(process.communicate(), timeout=30)
+    assert process.returncode == 0
+    return [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
+
+
+async def test_service_runs_on_its_embedded_postgres_and_keeps_data_across_restarts(tmp_path: Path) -> None:
+    port = _free_port()
+    process = await _start(tmp_path / "data", port)
+    try:
+        await _wait_serving(port)
+        stubs = Stubs.connect(f"127.0.0.1:{port}")
+        await stubs.create_topic("orders", 3)
+        member = WireMember(stubs.coordinator, "g1", "m", ["orders"])
+        await member.heartbeat()
+        await stubs.channel.close()
+    finally:
+        events = await _stop(process)
+    names = [e["event"] for e in events]
+    assert names[0] == "migrations_applied"
+    assert {
+        "server_started",
+        "topic_created",
+        "member_joined",
+        "group_epoch_bumped",
+        "server_stopped",
+    } <= set(names)
+    assert (tmp_path / "data" / "pgdata" / "PG_VERSION").exists()
+
+    process = await _start(tmp_path / "data", port)
+    try:
+        await _wait_serving(port)
+        stubs = Stubs.connect(f"127.0.0.1:{port}")
+        group = await stubs.describe("g1")
+        await stubs.channel.close()
+    finally:
+        events = await _stop(process)
+    assert [m.member_id for m in group.members] == ["m"]
+    loaded = next(e for e in events if e["event"] == "coordinator_loaded")
+    assert (loaded["groups"], loaded["members"], loaded["topics"]) == (1, 1, 1)
+
+
+def test_bad_configuration_exits_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--session-timeout-ms", "abc"]) == 2
+    assert "REGROUP_SESSION_TIMEOUT_MS must be an integer" in capsys.readouterr().err

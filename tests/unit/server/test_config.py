@@ -1,0 +1,72 @@
+"""Configuration from the environment and flags: defaults, overrides and precise errors."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from regroup.server.config import ConfigError, add_arguments, load_settings
+
+
+def test_defaults_run_embedded_on_localhost() -> None:
+    settings = load_settings({})
+    assert settings.listen == "127.0.0.1:50051"
+    assert settings.database_url is None
+    assert settings.data_dir == Path(".regroup")
+    assert (settings.session_timeout_ms, settings.heartbeat_interval_ms) == (45_000, 5_000)
+    assert settings.max_group_size is None
+    config = settings.group_config()
+    assert list(config.assignors) == ["uniform", "range"]
+    assert config.default_assignor == "uniform"
+
+
+def test_environment_sets_every_documented_variable() -> None:
+    settings = load_settings(
+        {
+            "DATABASE_URL": "postgresql://db/regroup",
+            "REGROUP_LISTEN": "0.0.0.0:6000",
+            "REGROUP_DATA_DIR": "/var/lib/regroup",
+            "REGROUP_SESSION_TIMEOUT_MS": "300",
+            "REGROUP_HEARTBEAT_INTERVAL_MS": "50",
+            "REGROUP_MAX_GROUP_SIZE": "10",
+            "REGROUP_ASSIGNORS": "range, uniform",
+        }
+    )
+    assert settings.database_url == "postgresql://db/regroup"
+    assert settings.listen == "0.0.0.0:6000"
+    assert settings.data_dir == Path("/var/lib/regroup")
+    assert (settings.session_timeout_ms, settings.heartbeat_interval_ms) == (300, 50)
+    assert settings.max_group_size == 10
+    assert settings.group_config().default_assignor == "range"
+
+
+def test_flags_win_over_the_environment() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--session-timeout-ms", "9000", "--listen", "127.0.0.1:0"])
+    settings = load_settings({"REGROUP_SESSION_TIMEOUT_MS": "1000"}, args)
+    assert settings.session_timeout_ms == 9000
+    assert settings.listen == "127.0.0.1:0"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"REGROUP_SESSION_TIMEOUT_MS": "abc"}, "REGROUP_SESSION_TIMEOUT_MS must be an integer"),
+        ({"REGROUP_SESSION_TIMEOUT_MS": "0"}, "REGROUP_SESSION_TIMEOUT_MS must be at least 1"),
+        (
+            {"REGROUP_SESSION_TIMEOUT_MS": "100", "REGROUP_HEARTBEAT_INTERVAL_MS": "100"},
+            "must be smaller than REGROUP_SESSION_TIMEOUT_MS",
+        ),
+        ({"REGROUP_ASSIGNORS": "sticky"}, "unknown assignors ['sticky']"),
+        ({"REGROUP_ASSIGNORS": " , "}, "must name at least one assignor"),
+        ({"REGROUP_MAX_GROUP_SIZE": "-1"}, "REGROUP_MAX_GROUP_SIZE must be at least 1"),
+        ({"REGROUP_LISTEN": "50051"}, "REGROUP_LISTEN must be host:port"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_variable_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings(env)
+    assert message in str(error.value)
