@@ -57,7 +57,8 @@ from regroup.reconciler.records import (
     TargetAssignmentEpochRecord,
     TargetAssignmentMemberRecord,
 )
-from regroup.reconciler.topics import create_topic, grow_topic
+from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_name
+from regroup.reconciler.validation import validate_id
 
 from .clock import Clock
 from .store import NotOwner, PostgresStore, StoreUnavailable
@@ -177,7 +178,12 @@ class Coordinator:
             if result.records:
                 await self._store(group_id, result.records)
                 self._log_records(group, group_id, result.records, cause)
-                replayed = replay_all(group, group_id, result.records)
+                try:
+                    replayed = replay_all(group, group_id, result.records)
+                except Exception:
+                    # Stored but not applicable: a bug. Reload from the store next time.
+                    self._stale.add(group_id)
+                    raise
                 if replayed is None:
                     self.groups.pop(group_id, None)
                 else:
@@ -364,10 +370,12 @@ class Coordinator:
 
     def _find_topic(self, name: str, topic_id: str) -> Topic:
         if topic_id:
+            validate_id("topic_id", topic_id)
             topic = self.image.by_id.get(topic_id)
             if topic is None:
                 raise UnknownTopicId(f"Topic id {topic_id} does not exist.")
             return topic
+        validate_topic_name(name)
         topic = self.image.by_name.get(name)
         if topic is None:
             raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")

@@ -15,6 +15,7 @@ import structlog
 
 from regroup.reconciler import ApiError, ErrorCode
 from regroup.reconciler.errors import GroupIdNotFound
+from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
 from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
@@ -22,6 +23,9 @@ from . import mapping
 from .runtime import Coordinator, TopicOutcome
 
 log = structlog.get_logger("regroup")
+
+#: Longest identifier echoed back in an error result.
+MAX_ECHO = 256
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
@@ -118,10 +122,18 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         out = []
         for name in names:
             topic = image.by_name.get(name)
-            if topic is None:
+            if topic is None and len(name) > MAX_TOPIC_NAME_LENGTH:
                 out.append(
                     admin_pb2.TopicDescription(
-                        name=name,
+                        name=_echo(name),
+                        error_code=mapping.error_code_pb(ErrorCode.INVALID_TOPIC_EXCEPTION),
+                        error_message=f"Topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters.",
+                    )
+                )
+            elif topic is None:
+                out.append(
+                    admin_pb2.TopicDescription(
+                        name=_echo(name),
                         error_code=mapping.error_code_pb(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                         error_message=f"Topic '{name}' does not exist.",
                     )
@@ -163,7 +175,9 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
             if group is None:
                 error = _group_error(group_id)
                 out.append(
-                    admin_pb2.DescribedGroup(group_id=group_id, group_state="Dead", **_error_fields(error))
+                    admin_pb2.DescribedGroup(
+                        group_id=_echo(group_id), group_state="Dead", **_error_fields(error)
+                    )
                 )
             else:
                 out.append(mapping.group_pb(group, coordinator.image, coordinator.config))
@@ -180,7 +194,9 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
                 await self._coordinator.delete_group(group_id)
                 results.append(admin_pb2.DeleteGroupsResponse.Result(group_id=group_id))
             except ApiError as e:
-                results.append(admin_pb2.DeleteGroupsResponse.Result(group_id=group_id, **_error_fields(e)))
+                results.append(
+                    admin_pb2.DeleteGroupsResponse.Result(group_id=_echo(group_id), **_error_fields(e))
+                )
         return admin_pb2.DeleteGroupsResponse(results=results)
 
 
@@ -192,9 +208,18 @@ def _group_error(group_id: str) -> ApiError:
     return GroupIdNotFound(f"Group {group_id} not found.")
 
 
+def _echo(value: str) -> str:
+    """An identifier echoed back in a result; an absurdly long one is cut, not mirrored."""
+    return value if len(value) <= MAX_ECHO else value[:MAX_ECHO] + "..."
+
+
 def _topic_result(outcome: TopicOutcome) -> dict[str, Any]:
     if outcome.error is not None:
-        return {"name": outcome.name, "topic_id": outcome.topic_id, **_error_fields(outcome.error)}
+        return {
+            "name": _echo(outcome.name),
+            "topic_id": _echo(outcome.topic_id),
+            **_error_fields(outcome.error),
+        }
     assert outcome.topic is not None
     return {
         "name": outcome.topic.name,

@@ -352,3 +352,20 @@ async def test_partitions_cannot_shrink_or_grow_unknown_topics(settled: Service)
     assert unknown_id.error_code == common_pb2.UNKNOWN_TOPIC_ID
     described = await settled.stubs.admin.DescribeTopics(admin_pb2.DescribeTopicsRequest(names=["orders"]))
     assert described.topics[0].num_partitions == 4
+
+
+async def test_huge_names_in_admin_calls_are_refused_without_echoing_them(settled: Service) -> None:
+    huge = "t" * 1_000_000
+    deleted = await settled.stubs.admin.DeleteTopics(
+        admin_pb2.DeleteTopicsRequest(names=[huge], topic_ids=[huge])
+    )
+    assert [t.error_code for t in deleted.topics] == [
+        common_pb2.INVALID_TOPIC_EXCEPTION,
+        common_pb2.INVALID_REQUEST,
+    ]
+    described = await settled.stubs.admin.DescribeTopics(admin_pb2.DescribeTopicsRequest(names=[huge]))
+    assert described.topics[0].error_code == common_pb2.INVALID_TOPIC_EXCEPTION
+    groups = await settled.stubs.admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=[huge]))
+    assert groups.groups[0].error_code == common_pb2.INVALID_REQUEST
+    for response in (deleted, described, groups):
+        assert response.ByteSize() < 10_000
