@@ -16,7 +16,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .errors import FencedMemberEpoch
-from .model import EMPTY_ASSIGNMENT, Assignment, Member, MemberState, intersects, is_subset
+from .model import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    Member,
+    MemberState,
+    intersects,
+    is_subset,
+    only_topics,
+    union,
+)
 
 #: (topic id, partition) -> epoch of the owning member, or -1 when free.
 PartitionEpoch = Callable[[str, int], int]
@@ -33,11 +42,14 @@ def reconcile(
     target: Assignment,
     partition_epoch: PartitionEpoch,
     owned: Assignment | None,
+    subscribed: frozenset[str] | None = None,
 ) -> Member:
     """The member's next current assignment.
 
     `owned` is what the member said it owns in this request, or None when it
-    did not say; None counts as "still owns everything".
+    did not say; None counts as "still owns everything". `subscribed` (topic
+    ids) is given when the subscription changed in this request: a member
+    still revoking then drops unsubscribed topics at once (KAFKA-19431).
     """
     match member.state:
         case MemberState.STABLE:
@@ -48,7 +60,7 @@ def reconcile(
             return member
         case MemberState.UNREVOKED_PARTITIONS:
             if _owns_any(member.pending_revocation, owned):
-                return member
+                return member if subscribed is None else _revoke_unsubscribed(member, subscribed)
             return _next_assignment(member, member.member_epoch, target_epoch, target, partition_epoch, owned)
         case MemberState.UNRELEASED_PARTITIONS:
             return _next_assignment(member, member.member_epoch, target_epoch, target, partition_epoch, owned)
@@ -59,6 +71,19 @@ def reconcile(
                     "The member must abandon all its partitions and rejoin."
                 )
             return _next_assignment(member, target_epoch, target_epoch, target, partition_epoch, owned)
+
+
+def _revoke_unsubscribed(member: Member, subscribed: frozenset[str]) -> Member:
+    """A member still revoking moves its unsubscribed topics to pending revocation, same epoch."""
+    dropped = {t: p for t, p in member.assigned.items() if t not in subscribed}
+    if not dropped:
+        return member
+    return replace(
+        member,
+        previous_member_epoch=member.member_epoch,
+        assigned=only_topics(member.assigned, subscribed),
+        pending_revocation=union(member.pending_revocation, dropped),
+    )
 
 
 def _owns_any(partitions: Assignment, owned: Assignment | None) -> bool:

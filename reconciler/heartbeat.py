@@ -155,12 +155,13 @@ def _heartbeat(
     reconciled = member
     if subscription_changed or needs_reconciliation(member, assignment_epoch):
         target = targets.get(member.member_id, {})
+        subscribed: frozenset[str] | None = None
         if subscription_changed:
             subscribed = member_topic_ids(
                 ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex
             )
             target = only_topics(target, subscribed)
-        reconciled = reconcile(member, assignment_epoch, target, group.partition_epoch, owned)
+        reconciled = reconcile(member, assignment_epoch, target, group.partition_epoch, owned, subscribed)
     if lookup.is_new or not reconciled.same_current_assignment(member):
         records.append(CurrentAssignmentRecord.of(reconciled))
         if reconciled.state is MemberState.UNREVOKED_PARTITIONS:

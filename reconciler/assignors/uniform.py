@@ -60,11 +60,13 @@ def _assign_homogeneous(spec: GroupSpec) -> dict[str, Assignment]:
     kept: dict[str, list[tuple[str, int]]] = {}
     taken: set[tuple[str, int]] = set()
     for member_id in sorted(members, key=lambda m: (-len(valid[m]), m)):
+        # Current targets never overlap; filtering keeps the counts right if they ever did.
+        candidates = [tp for tp in valid[member_id] if tp not in taken]
         quota = base
-        if extra > 0 and len(valid[member_id]) > base:
+        if extra > 0 and len(candidates) > base:
             quota += 1
             extra -= 1
-        keep = [tp for tp in valid[member_id] if tp not in taken][:quota]
+        keep = candidates[:quota]
         taken.update(keep)
         kept[member_id] = keep
 
