@@ -14,13 +14,20 @@ from .context import (
     Context,
     GroupConfig,
     Result,
+    ScheduleAssignment,
     ScheduleRebalanceTimeout,
     ScheduleSessionTimeout,
     TimerOp,
 )
 from .errors import ApiError, ErrorCode
 from .heartbeat import consumer_group_heartbeat
-from .membership import delete_group, on_rebalance_timeout, on_session_timeout, refresh_metadata
+from .membership import (
+    delete_group,
+    on_assignment_timer,
+    on_rebalance_timeout,
+    on_session_timeout,
+    refresh_metadata,
+)
 from .messages import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse, OwnedTopicPartitions
 from .model import Assignment, Group, GroupState, Member, MemberState
 from .records import Record
@@ -44,6 +51,7 @@ __all__ = [
     "OwnedTopicPartitions",
     "Record",
     "Result",
+    "ScheduleAssignment",
     "ScheduleRebalanceTimeout",
     "ScheduleSessionTimeout",
     "TimerOp",
@@ -51,6 +59,7 @@ __all__ = [
     "TopicsImage",
     "consumer_group_heartbeat",
     "delete_group",
+    "on_assignment_timer",
     "on_rebalance_timeout",
     "on_session_timeout",
     "refresh_metadata",

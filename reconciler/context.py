@@ -21,6 +21,9 @@ class GroupConfig:
     heartbeat_interval_ms: int = 5_000
     #: Members a group may hold; None means unbounded.
     max_group_size: int | None = None
+    #: At most one target computation per group per interval (Kafka's KIP-1263
+    #: group.consumer.assignment.interval.ms); 0 computes on every epoch bump.
+    assignment_interval_ms: int = 0
     #: Available server-side assignors by name; the first is the default.
     assignors: Mapping[str, Assignor] = field(default_factory=lambda: dict(BUILTIN_ASSIGNORS))
 
@@ -58,6 +61,13 @@ class ScheduleRebalanceTimeout:
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduleAssignment:
+    """Compute the group's target assignment at `deadline_ms` (a batched bump)."""
+
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class CancelRebalanceTimeout:
     member_id: str
 
@@ -69,7 +79,13 @@ class CancelTimeouts:
     member_id: str
 
 
-TimerOp = ScheduleSessionTimeout | ScheduleRebalanceTimeout | CancelRebalanceTimeout | CancelTimeouts
+TimerOp = (
+    ScheduleSessionTimeout
+    | ScheduleRebalanceTimeout
+    | CancelRebalanceTimeout
+    | CancelTimeouts
+    | ScheduleAssignment
+)
 
 
 @dataclass(frozen=True, slots=True)

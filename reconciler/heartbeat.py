@@ -20,6 +20,7 @@ from .context import (
     CancelTimeouts,
     Context,
     Result,
+    ScheduleAssignment,
     ScheduleRebalanceTimeout,
     ScheduleSessionTimeout,
     TimerOp,
@@ -58,7 +59,12 @@ from .records import (
     member_removal_records,
 )
 from .subscription import adjusted_counts, group_topics, member_topic_ids, metadata_hash
-from .target_assignment import compute_target_assignment, preferred_assignor
+from .target_assignment import (
+    assignment_due,
+    compute_target_assignment,
+    next_assignment_ms,
+    preferred_assignor,
+)
 from .topics import TopicsImage
 from .validation import validate_consumer_group_heartbeat
 
@@ -124,18 +130,14 @@ def _heartbeat(
             )
         )
 
-    # 3. Recompute the target assignment if the group moved ahead of it.
-    members = dict(group.members)
-    targets = group.target
-    if lookup.replaced is not None:
-        del members[lookup.replaced.member_id]
-        targets = {k: v for k, v in targets.items() if k != lookup.replaced.member_id}
-        targets[member.member_id] = group.target_of(lookup.replaced.member_id)
-        if targets[member.member_id]:
-            records.append(TargetAssignmentMemberRecord(member.member_id, targets[member.member_id]))
-    members[member.member_id] = member
+    # 3. Recompute the target assignment if the group moved ahead of it (at
+    # most once per assignment interval; otherwise a timer computes it later).
+    target_id = member.member_id if lookup.replaced is None else lookup.replaced.member_id
+    target = group.target_of(target_id)
+    if lookup.replaced is not None and target:
+        records.append(TargetAssignmentMemberRecord(member.member_id, target))
     assignment_epoch = group.assignment_epoch
-    if group_epoch > assignment_epoch:
+    if group_epoch > assignment_epoch and assignment_due(group, ctx):
         previous = (before,) if before.member_id in group.members else ()
         assignor = preferred_assignor(
             adjusted_counts(
@@ -145,16 +147,25 @@ def _heartbeat(
             ),
             ctx.config,
         )
-        target_records, targets = compute_target_assignment(
-            members, targets, ctx.image, assignor, ctx.config, group_epoch
+        members = dict(group.members)
+        targets = group.target
+        if lookup.replaced is not None:
+            del members[lookup.replaced.member_id]
+            targets = {k: v for k, v in targets.items() if k != lookup.replaced.member_id}
+            targets[member.member_id] = target
+        members[member.member_id] = member
+        target_records, new_targets = compute_target_assignment(
+            members, targets, ctx.image, assignor, ctx.config, group_epoch, ctx.now_ms
         )
         records.extend(target_records)
         assignment_epoch = group_epoch
+        target = new_targets.get(member.member_id, {})
+    elif group_epoch > assignment_epoch:
+        timers.append(ScheduleAssignment(next_assignment_ms(group, ctx)))
 
     # 4. Reconcile the member towards its target.
     reconciled = member
     if subscription_changed or needs_reconciliation(member, assignment_epoch):
-        target = targets.get(member.member_id, {})
         subscribed: frozenset[str] | None = None
         if subscription_changed:
             subscribed = member_topic_ids(

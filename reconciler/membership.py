@@ -7,6 +7,7 @@ from .errors import GroupIdNotFound, NonEmptyGroup
 from .model import Group, MemberState
 from .records import GroupMetadataRecord, GroupTombstone, Record, member_removal_records
 from .subscription import adjusted_counts, group_topics, metadata_hash
+from .target_assignment import compute_pending_assignment
 from .topics import TopicsImage
 
 
@@ -68,6 +69,12 @@ def refresh_metadata(group: Group, ctx: Context) -> Result[bool]:
     if new_hash == group.metadata_hash:
         return Result(False)
     return Result(True, (GroupMetadataRecord(group.group_epoch + 1, new_hash, group.group_type),))
+
+
+def on_assignment_timer(group: Group, ctx: Context) -> Result[bool]:
+    """Computes a target assignment that batching deferred; members pick it up as they heartbeat."""
+    records = compute_pending_assignment(group, ctx)
+    return Result(bool(records), tuple(records))
 
 
 def delete_group(group: Group) -> Result[None]:

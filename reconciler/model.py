@@ -207,6 +207,7 @@ class Group:
         "group_epoch",
         "group_id",
         "group_type",
+        "last_assignment_ms",
         "members",
         "metadata_hash",
         "target",
@@ -217,6 +218,8 @@ class Group:
         self.group_type = group_type
         self.group_epoch = 0
         self.assignment_epoch = 0
+        #: When the target was last computed (soft state, not stored): paces batching.
+        self.last_assignment_ms: int | None = None
         #: Hash of the metadata of the topics the group subscribes to.
         self.metadata_hash = 0
         self.members: dict[str, Member] = {}

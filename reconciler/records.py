@@ -75,9 +75,14 @@ class TargetAssignmentMemberTombstone:
 
 @dataclass(frozen=True, slots=True)
 class TargetAssignmentEpochRecord:
-    """The target assignment was computed for this group epoch."""
+    """The target assignment was computed for this group epoch.
+
+    `computed_at_ms` is when (the operation's `now_ms`); it paces batched
+    computations and is not stored, since a restart may reset it.
+    """
 
     assignment_epoch: int
+    computed_at_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,8 @@ def replay(group: Group, record: Record) -> None:
             group.target.pop(record.member_id, None)
         case TargetAssignmentEpochRecord():
             group.assignment_epoch = record.assignment_epoch
+            if record.computed_at_ms is not None:
+                group.last_assignment_ms = record.computed_at_ms
         case CurrentAssignmentRecord():
             _replay_current_assignment(group, record)
         case CurrentAssignmentTombstone():

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from .assignors import GroupSpec, MemberSpec
-from .context import GroupConfig
+from .context import Context, GroupConfig
 from .errors import UnknownServerError
-from .model import EMPTY_ASSIGNMENT, Assignment, Member
+from .model import EMPTY_ASSIGNMENT, Assignment, Group, Member
 from .records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
 from .subscription import member_topic_ids
 from .topics import TopicsImage
@@ -31,6 +31,18 @@ def preferred_assignor(assignor_counts: Mapping[str, int], config: GroupConfig) 
     return best if best is not None else config.default_assignor
 
 
+def assignment_due(group: Group, ctx: Context) -> bool:
+    """Whether a pending target may be computed now (batching, KIP-1263)."""
+    interval = ctx.config.assignment_interval_ms
+    last = group.last_assignment_ms
+    return interval <= 0 or last is None or ctx.now_ms - last >= interval
+
+
+def next_assignment_ms(group: Group, ctx: Context) -> int:
+    last = group.last_assignment_ms
+    return ctx.now_ms if last is None else max(ctx.now_ms, last + ctx.config.assignment_interval_ms)
+
+
 def assignor_counts_of(members: Iterable[Member]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for member in members:
@@ -46,6 +58,7 @@ def compute_target_assignment(
     assignor_name: str,
     config: GroupConfig,
     group_epoch: int,
+    now_ms: int | None = None,
 ) -> tuple[list[Record], dict[str, Assignment]]:
     """Runs the assignor; returns the records of what changed and the new targets."""
     resolved: dict[tuple[tuple[str, ...], str | None], frozenset[str]] = {}
@@ -80,5 +93,16 @@ def compute_target_assignment(
         targets[member_id] = new
         if new != current_targets.get(member_id, EMPTY_ASSIGNMENT):
             records.append(TargetAssignmentMemberRecord(member_id, new))
-    records.append(TargetAssignmentEpochRecord(group_epoch))
+    records.append(TargetAssignmentEpochRecord(group_epoch, now_ms))
     return records, targets
+
+
+def compute_pending_assignment(group: Group, ctx: Context) -> list[Record]:
+    """The target for a group whose epoch moved ahead of it (the batching timer's job)."""
+    if group.group_epoch <= group.assignment_epoch:
+        return []
+    assignor = preferred_assignor(group.server_assignor_counts(), ctx.config)
+    records, _ = compute_target_assignment(
+        group.members, group.target, ctx.image, assignor, ctx.config, group.group_epoch, ctx.now_ms
+    )
+    return records

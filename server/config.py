@@ -29,6 +29,8 @@ class Settings:
     heartbeat_interval_ms: int = 5_000
     max_group_size: int | None = None
     assignors: tuple[str, ...] = ("uniform", "range")
+    #: At most one target computation per group per interval (Kafka 4.3's default).
+    assignment_interval_ms: int = 1_000
     max_message_bytes: int = 4 * 1024 * 1024
     shutdown_grace_s: float = 5.0
     log_level: str = "info"
@@ -41,6 +43,7 @@ class Settings:
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             max_group_size=self.max_group_size,
+            assignment_interval_ms=self.assignment_interval_ms,
             assignors={name: BUILTIN_ASSIGNORS[name] for name in self.assignors},
         )
 
@@ -53,6 +56,7 @@ _ENV = {
     "heartbeat_interval_ms": "REGROUP_HEARTBEAT_INTERVAL_MS",
     "max_group_size": "REGROUP_MAX_GROUP_SIZE",
     "assignors": "REGROUP_ASSIGNORS",
+    "assignment_interval_ms": "REGROUP_ASSIGNMENT_INTERVAL_MS",
     "max_message_bytes": "REGROUP_MAX_MESSAGE_BYTES",
     "shutdown_grace_s": "REGROUP_SHUTDOWN_GRACE_S",
     "log_level": "REGROUP_LOG_LEVEL",
@@ -115,6 +119,7 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         heartbeat_interval_ms=interval,
         max_group_size=max_size,
         assignors=assignors,
+        assignment_interval_ms=_int(raw, "assignment_interval_ms", defaults.assignment_interval_ms, 0),
         max_message_bytes=_int(raw, "max_message_bytes", defaults.max_message_bytes, 1024),
         shutdown_grace_s=grace,
         log_level=raw.get("log_level", defaults.log_level).lower(),

@@ -30,6 +30,7 @@ from regroup.reconciler import (
     MemberState,
     Record,
     Result,
+    ScheduleAssignment,
     ScheduleRebalanceTimeout,
     ScheduleSessionTimeout,
     TimerOp,
@@ -37,6 +38,7 @@ from regroup.reconciler import (
     TopicsImage,
     consumer_group_heartbeat,
     delete_group,
+    on_assignment_timer,
     on_rebalance_timeout,
     on_session_timeout,
     refresh_metadata,
@@ -236,6 +238,10 @@ class Coordinator:
                     self.timers.cancel(TimerKey(group_id, op.member_id, "rebalance"))
                 case CancelTimeouts():
                     self.timers.cancel_member(group_id, op.member_id)
+                case ScheduleAssignment():
+                    key = TimerKey(group_id, "", "assignment")
+                    if self.timers.deadline(key) is None:
+                        self.timers.schedule(key, op.deadline_ms)
 
     # -- operations ----------------------------------------------------------------
 
@@ -301,6 +307,8 @@ class Coordinator:
                 return Result(False)
             if key.kind == "session":
                 return on_session_timeout(group, key.member_id, ctx)
+            if key.kind == "assignment":
+                return on_assignment_timer(group, ctx)
             return on_rebalance_timeout(group, key.member_id, payload, ctx)
 
         cause = f"{key.kind}_timeout"

@@ -14,12 +14,13 @@ import itertools
 from dataclasses import dataclass
 from typing import Literal
 
-TimerKind = Literal["session", "rebalance"]
+TimerKind = Literal["session", "rebalance", "assignment"]
 
 
 @dataclass(frozen=True, slots=True)
 class TimerKey:
     group_id: str
+    #: Empty for group-level timers (a batched assignment).
     member_id: str
     kind: TimerKind
 

@@ -224,3 +224,22 @@ async def test_a_replica_that_lost_ownership_is_fenced(start_service: ServiceFac
     assert [m.member_id for m in (await new.stubs.describe("g1")).members] == ["m"]
     again = await stranger.heartbeat()
     assert again.error_code == common_pb2.NOT_COORDINATOR
+
+
+async def test_batched_target_assignment_is_computed_by_the_timer(start_service: ServiceFactory) -> None:
+    clock = ManualClock()
+    service = await start_service(clock=clock, assignment_interval_ms=1_000)
+    await service.stubs.create_topic("orders", 4)
+    first = WireMember(service.stubs.coordinator, "g1", "a", ["orders"])
+    await first.heartbeat()
+    second = WireMember(service.stubs.coordinator, "g1", "b", ["orders"])
+    await second.heartbeat()
+    assert (await service.stubs.describe("g1")).group_state == "Assigning"
+    assert second.partitions() == set()
+
+    clock.advance(1_000)
+    await service.coordinator.expire_due()
+    group = await service.stubs.describe("g1")
+    assert (group.group_epoch, group.assignment_epoch) == (2, 2)
+    await converge(service.stubs, "g1", [first, second])
+    assert sorted(len(m.partitions()) for m in (first, second)) == [2, 2]

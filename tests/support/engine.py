@@ -23,11 +23,13 @@ from regroup.reconciler import (
     OwnedTopicPartitions,
     Record,
     Result,
+    ScheduleAssignment,
     ScheduleRebalanceTimeout,
     ScheduleSessionTimeout,
     Topic,
     TopicsImage,
     consumer_group_heartbeat,
+    on_assignment_timer,
     on_rebalance_timeout,
     on_session_timeout,
     refresh_metadata,
@@ -46,6 +48,8 @@ class EngineHarness:
     sessions: dict[tuple[str, str], int] = field(default_factory=dict)
     #: (group, member) -> (deadline, epoch)
     rebalances: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    #: group -> when a batched target assignment is due
+    assignments: dict[str, int] = field(default_factory=dict)
     last_records: tuple[Record, ...] = ()
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -85,6 +89,9 @@ class EngineHarness:
         else:
             self.groups[group_id] = group
         for op in result.timers:
+            if isinstance(op, ScheduleAssignment):
+                self.assignments[group_id] = op.deadline_ms
+                continue
             key = (group_id, op.member_id)
             match op:
                 case ScheduleSessionTimeout():
@@ -114,6 +121,10 @@ class EngineHarness:
                 self.apply(group_id, result)
                 if result.response:
                     fenced.append(key)
+        for group_id, deadline in sorted(self.assignments.items(), key=lambda kv: kv[1]):
+            if deadline <= self.now_ms and group_id in self.groups:
+                del self.assignments[group_id]
+                self.apply(group_id, on_assignment_timer(self.groups[group_id], self.ctx()))
         for key, (deadline, epoch) in sorted(self.rebalances.items(), key=lambda kv: kv[1]):
             if deadline <= self.now_ms and key in self.rebalances:
                 group_id, member_id = key

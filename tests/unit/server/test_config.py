@@ -18,6 +18,7 @@ def test_defaults_run_embedded_on_localhost() -> None:
     assert (settings.session_timeout_ms, settings.heartbeat_interval_ms) == (45_000, 5_000)
     assert settings.max_group_size is None
     config = settings.group_config()
+    assert config.assignment_interval_ms == 1_000
     assert list(config.assignors) == ["uniform", "range"]
     assert config.default_assignor == "uniform"
 
@@ -32,6 +33,7 @@ def test_environment_sets_every_documented_variable() -> None:
             "REGROUP_HEARTBEAT_INTERVAL_MS": "50",
             "REGROUP_MAX_GROUP_SIZE": "10",
             "REGROUP_ASSIGNORS": "range, uniform",
+            "REGROUP_ASSIGNMENT_INTERVAL_MS": "0",
         }
     )
     assert settings.database_url == "postgresql://db/regroup"
@@ -40,6 +42,7 @@ def test_environment_sets_every_documented_variable() -> None:
     assert (settings.session_timeout_ms, settings.heartbeat_interval_ms) == (300, 50)
     assert settings.max_group_size == 10
     assert settings.group_config().default_assignor == "range"
+    assert settings.group_config().assignment_interval_ms == 0
 
 
 def test_flags_win_over_the_environment() -> None:

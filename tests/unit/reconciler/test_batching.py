@@ -1,0 +1,79 @@
+"""Batched target assignment (Kafka's KIP-1263): at most one computation per group per interval."""
+
+from __future__ import annotations
+
+from regroup.reconciler import GroupConfig, GroupState, ScheduleAssignment
+from regroup.reconciler.records import TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
+from tests.support.engine import EngineHarness, beat, join
+
+
+def harness() -> EngineHarness:
+    h = EngineHarness(config=GroupConfig(assignment_interval_ms=1_000), now_ms=10_000)
+    h.create_topic("foo", 4)
+    return h
+
+
+def test_first_bump_after_a_quiet_period_is_computed_at_once() -> None:
+    h = harness()
+    response = h.heartbeat(join("g", "a", ["foo"]))
+    assert response.member_epoch == 1
+    assert response.assignment == {"foo-id": frozenset({0, 1, 2, 3})}
+    assert TargetAssignmentEpochRecord(1, 10_000) in h.last_records
+    assert h.groups["g"].last_assignment_ms == 10_000
+
+
+def test_a_bump_within_the_interval_is_deferred_to_a_timer() -> None:
+    h = harness()
+    h.heartbeat(join("g", "a", ["foo"]))
+    h.now_ms += 200
+
+    response = h.heartbeat(join("g", "b", ["foo"]))
+
+    group = h.groups["g"]
+    assert (group.group_epoch, group.assignment_epoch) == (2, 1)
+    assert group.state() is GroupState.ASSIGNING
+    assert not any(isinstance(r, TargetAssignmentEpochRecord | TargetAssignmentMemberRecord) for r in h.last_records)
+    assert (response.member_epoch, response.assignment) == (1, {})
+    assert h.assignments == {"g": 11_000}
+
+
+def test_the_timer_computes_the_target_and_members_reconcile_to_it() -> None:
+    h = harness()
+    h.heartbeat(join("g", "a", ["foo"]))
+    h.now_ms += 200
+    h.heartbeat(join("g", "b", ["foo"]))
+    h.heartbeat(join("g", "c", ["foo"]))  # a third bump in the same interval: still one computation
+
+    h.advance(799)
+    assert h.groups["g"].assignment_epoch == 1
+    h.advance(1)
+    group = h.groups["g"]
+    assert (group.group_epoch, group.assignment_epoch) == (3, 3)
+    assert sum(len(group.target_of(m).get("foo-id", ())) for m in "abc") == 4
+
+    a = h.heartbeat(beat("g", "a", 1))  # a must revoke first
+    h.heartbeat(beat("g", "a", a.member_epoch, group.members["a"].assigned))
+    for member in ("b", "c"):
+        h.heartbeat(beat("g", member, 1))
+    assert h.groups["g"].state() is GroupState.STABLE
+
+
+def test_a_heartbeat_after_the_interval_computes_without_waiting_for_the_timer() -> None:
+    h = harness()
+    h.heartbeat(join("g", "a", ["foo"]))
+    h.now_ms += 1_500
+    h.heartbeat(join("g", "b", ["foo"]))
+    assert h.groups["g"].assignment_epoch == 2
+
+
+def test_zero_interval_computes_on_every_bump() -> None:
+    h = EngineHarness()
+    h.create_topic("foo", 2)
+    h.heartbeat(join("g", "a", ["foo"]))
+    h.heartbeat(join("g", "b", ["foo"]))
+    assert h.groups["g"].assignment_epoch == 2
+    assert not h.assignments
+
+
+def test_schedule_assignment_is_a_timer_op() -> None:
+    assert ScheduleAssignment(5).deadline_ms == 5
