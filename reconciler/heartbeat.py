@@ -78,7 +78,7 @@ def consumer_group_heartbeat(
     return _heartbeat(group, req, ctx)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Lookup:
     """The member a heartbeat is about, as the group knows it."""
 
@@ -116,9 +116,11 @@ def _heartbeat(
     if lookup.replaced is not None:
         records.extend(member_removal_records(lookup.replaced.member_id))
         timers.append(CancelTimeouts(lookup.replaced.member_id))
-    if lookup.is_new or not member.same_metadata(lookup.member):
+    if lookup.is_new or (member is not lookup.member and not member.same_metadata(lookup.member)):
         records.append(MemberMetadataRecord.of(member))
-    subscription_changed = (lookup.is_new and lookup.replaced is None) or not member.same_subscription(before)
+    subscription_changed = (lookup.is_new and lookup.replaced is None) or (
+        member is not before and not member.same_subscription(before)
+    )
 
     group_epoch = group.group_epoch
     if subscription_changed:
@@ -173,7 +175,7 @@ def _heartbeat(
             )
             target = only_topics(target, subscribed)
         reconciled = reconcile(member, assignment_epoch, target, group.partition_epoch, owned, subscribed)
-    if lookup.is_new or not reconciled.same_current_assignment(member):
+    if lookup.is_new or (reconciled is not member and not reconciled.same_current_assignment(member)):
         records.append(CurrentAssignmentRecord.of(reconciled))
         if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
             timers.append(
@@ -273,6 +275,8 @@ def _validate_member_epoch(member: Member, received: int, owned: Assignment | No
 
 def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
     """The member with the request's sent fields applied; `member` itself if none differ."""
+    if _sends_nothing_new(member, req):
+        return member
     names = member.subscribed_topic_names
     if req.subscribed_topic_names is not None:
         names = tuple(sorted(set(req.subscribed_topic_names)))
@@ -294,6 +298,22 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
         rebalance_timeout_ms=timeout,
     )
     return member if merged.same_metadata(member) else merged
+
+
+def _sends_nothing_new(member: Member, req: ConsumerGroupHeartbeat) -> bool:
+    """A cheap check for the common heartbeat, which sends no metadata at all."""
+    return (
+        req.subscribed_topic_names is None
+        and req.subscribed_topic_regex is None
+        and (
+            req.rebalance_timeout_ms is None or req.rebalance_timeout_ms in (-1, member.rebalance_timeout_ms)
+        )
+        and (req.instance_id is None or req.instance_id == member.instance_id)
+        and (req.rack_id is None or req.rack_id == member.rack_id)
+        and (req.client_id is None or req.client_id == member.client_id)
+        and (not req.client_host or req.client_host == member.client_host)
+        and (req.server_assignor is None or req.server_assignor == member.server_assignor)
+    )
 
 
 def _resolve_owned(req: ConsumerGroupHeartbeat, image: TopicsImage) -> Assignment | None:

@@ -40,14 +40,12 @@ def validate_consumer_group_heartbeat(req: ConsumerGroupHeartbeat, config: Group
         raise InvalidRequest("RackId can't be empty.")
     if not req.member_id and req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
         raise InvalidRequest("MemberId can't be empty.")
-    for field, value in (
-        ("MemberId", req.member_id),
-        ("InstanceId", req.instance_id),
-        ("RackId", req.rack_id),
-        ("ClientId", req.client_id),
-        ("ServerAssignor", req.server_assignor),
-    ):
-        validate_id(field, value)
+    validate_id("MemberId", req.member_id)
+    if req.instance_id is not None or req.rack_id is not None or req.client_id is not None:
+        validate_id("InstanceId", req.instance_id)
+        validate_id("RackId", req.rack_id)
+        validate_id("ClientId", req.client_id)
+    validate_id("ServerAssignor", req.server_assignor)
 
     if req.member_epoch == JOIN_GROUP_MEMBER_EPOCH:
         if req.rebalance_timeout_ms is None or req.rebalance_timeout_ms == -1:

@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -74,26 +74,28 @@ TIMER_RETRY_MS = 1_000
 
 
 class _KeyedLocks:
-    """One asyncio.Lock per group id, dropped when nobody holds or waits for it."""
+    """One asyncio.Lock per group id, dropped when nobody holds or waits for it.
+
+    `take` and `give_back` bracket the use of a lock (plain calls rather than
+    an async context manager: this runs on every heartbeat).
+    """
 
     def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._locks: dict[str, list[Any]] = {}
 
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (None, 0))
-        if lock is None:
-            lock = asyncio.Lock()
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
+    def take(self, key: str) -> asyncio.Lock:
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        lock: asyncio.Lock = entry[0]
+        return lock
+
+    def give_back(self, key: str) -> None:
+        entry = self._locks[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._locks[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,27 +173,35 @@ class Coordinator:
 
     async def run(self, group_id: str, op: Operation[T], *, cause: str, new_member_id: str = "") -> T:
         """Runs `op` on the group under its lock; stores and replays its records."""
-        async with self._locks.hold(group_id):
-            group = await self._current_group(group_id)
-            ctx = Context(
-                now_ms=self.clock.now_ms(), config=self.config, image=self.image, new_member_id=new_member_id
-            )
-            result = op(group, ctx)
-            if result.records:
-                await self._store(group_id, result.records)
-                self._log_records(group, group_id, result.records, cause)
-                try:
-                    replayed = replay_all(group, group_id, result.records)
-                except Exception:
-                    # Stored but not applicable: a bug. Reload from the store next time.
-                    self._stale.add(group_id)
-                    raise
-                if replayed is None:
-                    self.groups.pop(group_id, None)
-                else:
-                    self.groups[group_id] = replayed
-            self._apply_timers(group_id, result.timers)
-            return result.response
+        lock = self._locks.take(group_id)
+        try:
+            async with lock:
+                return await self._run_locked(group_id, op, cause, new_member_id)
+        finally:
+            self._locks.give_back(group_id)
+
+    async def _run_locked(self, group_id: str, op: Operation[T], cause: str, new_member_id: str) -> T:
+        """Runs `op` with the group's lock held."""
+        group = await self._current_group(group_id)
+        ctx = Context(
+            now_ms=self.clock.now_ms(), config=self.config, image=self.image, new_member_id=new_member_id
+        )
+        result = op(group, ctx)
+        if result.records:
+            await self._store(group_id, result.records)
+            self._log_records(group, group_id, result.records, cause)
+            try:
+                replayed = replay_all(group, group_id, result.records)
+            except Exception:
+                # Stored but not applicable: a bug. Reload from the store next time.
+                self._stale.add(group_id)
+                raise
+            if replayed is None:
+                self.groups.pop(group_id, None)
+            else:
+                self.groups[group_id] = replayed
+        self._apply_timers(group_id, result.timers)
+        return result.response
 
     async def _store(self, group_id: str, records: Sequence[Record]) -> None:
         try:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 TimerKind = Literal["session", "rebalance", "assignment"]
 
 
-@dataclass(frozen=True, slots=True)
-class TimerKey:
+class TimerKey(NamedTuple):
+    """A timer's identity; a NamedTuple because it is hashed on every heartbeat."""
+
     group_id: str
     #: Empty for group-level timers (a batched assignment).
     member_id: str

@@ -32,7 +32,9 @@ def test_a_bump_within_the_interval_is_deferred_to_a_timer() -> None:
     group = h.groups["g"]
     assert (group.group_epoch, group.assignment_epoch) == (2, 1)
     assert group.state() is GroupState.ASSIGNING
-    assert not any(isinstance(r, TargetAssignmentEpochRecord | TargetAssignmentMemberRecord) for r in h.last_records)
+    assert not any(
+        isinstance(r, TargetAssignmentEpochRecord | TargetAssignmentMemberRecord) for r in h.last_records
+    )
     assert (response.member_epoch, response.assignment) == (1, {})
     assert h.assignments == {"g": 11_000}
 

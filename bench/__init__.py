@@ -1,0 +1,1 @@
+"""regroup benchmarks: `make bench` (quick) or `BENCH=full make bench`."""

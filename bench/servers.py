@@ -1,0 +1,151 @@
+"""Starting the servers under test in their own processes, and measuring them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float:
+        times = psutil.Process(self.proc.pid).cpu_times()
+        return float(times.user + times.system)
+
+    def rss_bytes(self) -> int:
+        return int(psutil.Process(self.proc.pid).memory_info().rss)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"server did not listen on {port} in {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def _spawn(args: list[str], env: dict[str, str], port: int, name: str) -> ServerProcess:
+    log = Path(tempfile.mkstemp(prefix=f"regroup-bench-{name}-", suffix=".log")[1])
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    _wait_port(port, proc, log)
+    return ServerProcess(proc, port, log)
+
+
+def start_bare() -> ServerProcess:
+    port = free_port()
+    return _spawn([sys.executable, "-m", "bench.bare_server", str(port)], dict(os.environ), port, "bare")
+
+
+def start_coordinator(dsn: str, **settings: Any) -> ServerProcess:
+    """regroup on `dsn`; settings are REGROUP_* variables without the prefix (session_timeout_ms=...)."""
+    port = free_port()
+    env = dict(os.environ)
+    env.update(DATABASE_URL=dsn, REGROUP_LISTEN=f"127.0.0.1:{port}", REGROUP_LOG_LEVEL="warning")
+    env.update({f"REGROUP_{k.upper()}": str(v) for k, v in settings.items()})
+    return _spawn([sys.executable, "-m", "regroup.server"], env, port, "coordinator")
+
+
+@dataclass
+class BenchPostgres:
+    """An embedded Postgres for one benchmark run, deleted afterwards."""
+
+    _dir: tempfile.TemporaryDirectory[str] = field(
+        default_factory=lambda: tempfile.TemporaryDirectory(prefix="regroup-bench-pg-")
+    )
+    base_dsn: str = ""
+    _server: Any = None
+    _count: int = 0
+
+    def __post_init__(self) -> None:
+        from regroup.server.embedded import embedded_postgres
+
+        self._server = embedded_postgres(Path(self._dir.name), cleanup_mode="delete")
+        self.base_dsn = str(self._server.get_uri())
+
+    def new_database(self) -> str:
+        self._count += 1
+        name = f"bench_{self._count}"
+
+        async def create() -> None:
+            conn = await asyncpg.connect(self.base_dsn)
+            try:
+                await conn.execute(f"CREATE DATABASE {name}")
+            finally:
+                await conn.close()
+
+        asyncio.run(create())
+        from tests.support.pg import dsn_for
+
+        return dsn_for(self.base_dsn, name)
+
+    def close(self) -> None:
+        self._server.cleanup()
+        self._dir.cleanup()
+
+
+async def postgres_activity(dsn: str) -> dict[str, int]:
+    """Commits and transaction ids of the database so far, with the server's stats flushed.
+
+    Postgres flushes a backend's statistics lazily (up to 10 s after it goes
+    idle), so the coordinator's idle connections are ended first: a backend
+    flushes its counters when it exits, and the coordinator's pool simply
+    reconnects when it next needs one.
+    """
+    conn = await asyncpg.connect(dsn)
+    try:
+        database = await conn.fetchval("SELECT current_database()")
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = $1 AND pid <> pg_backend_pid()",
+            database,
+        )
+        await asyncio.sleep(0.3)
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        commits = await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = $1", database)
+        xmax = await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
+    finally:
+        await conn.close()
+    # Our own connection's queries count as commits too: each of the three above is one.
+    return {"xact_commit": int(commits), "next_xid": int(xmax)}

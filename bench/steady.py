@@ -1,0 +1,212 @@
+"""Benchmark 1: steady heartbeats against the bare-gRPC limit.
+
+Many members (10,000 in 100 groups in the full run) heartbeat back to back
+from load-generator processes, first against a bare grpc.aio server with the
+same types and a handler that does nothing, then against regroup after every
+member joined and the groups settled. For both: heartbeats/s, p50/p99
+latency, and server CPU microseconds per RPC (read from /proc for the server
+process alone). For regroup, also the Postgres commits and transaction ids
+consumed during the steady phase, which must be zero: a heartbeat that
+changes nothing writes nothing.
+
+    python -m bench.steady [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from bench.loadgen import LoadGenerator, make_members
+from bench.report import figure, machine, percentile, table
+from bench.servers import BenchPostgres, ServerProcess, postgres_activity, start_bare, start_coordinator
+from regroup.v1 import admin_pb2, admin_pb2_grpc
+
+
+@dataclass
+class Run:
+    name: str
+    calls: int
+    seconds: float
+    server_cpu: float
+    client_cpu: float
+    latencies_us: list[int]
+    errors: dict[int, int]
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds
+
+    @property
+    def cpu_us_per_rpc(self) -> float:
+        return self.server_cpu / self.calls * 1e6
+
+    def p(self, q: float) -> float:
+        return percentile(self.latencies_us, q) / 1000
+
+
+def _steady(server: ServerProcess, load: LoadGenerator, seconds: float, concurrency: int, name: str) -> Run:
+    load.run("steady", seconds=min(2.0, seconds / 3), concurrency=concurrency)  # warm up
+    cpu = server.cpu_seconds()
+    replies = load.run("steady", seconds=seconds, concurrency=concurrency)
+    server_cpu = server.cpu_seconds() - cpu
+    latencies = sorted(x for r in replies for x in r["latencies_us"])
+    errors: dict[int, int] = {}
+    for r in replies:
+        for code, n in r["errors"].items():
+            errors[code] = errors.get(code, 0) + n
+    return Run(
+        name=name,
+        calls=sum(r["calls"] for r in replies),
+        seconds=max(r["seconds"] for r in replies),
+        server_cpu=server_cpu,
+        client_cpu=sum(r["client_cpu"] for r in replies),
+        latencies_us=latencies,
+        errors=errors,
+    )
+
+
+async def _create_topics(target: str, groups: int, partitions: int) -> None:
+    async with grpc.aio.insecure_channel(target) as channel:
+        admin = admin_pb2_grpc.GroupAdminStub(channel)
+        topics = [
+            admin_pb2.CreatableTopic(name=f"t{g:04d}", num_partitions=partitions) for g in range(groups)
+        ]
+        for start in range(0, len(topics), 100):
+            resp = await admin.CreateTopics(admin_pb2.CreateTopicsRequest(topics=topics[start : start + 100]))
+            assert all(t.error_code == 0 for t in resp.topics), resp
+
+
+async def _group_states(target: str, groups: int) -> dict[str, int]:
+    async with grpc.aio.insecure_channel(target) as channel:
+        admin = admin_pb2_grpc.GroupAdminStub(channel)
+        resp = await admin.ListGroups(admin_pb2.ListGroupsRequest())
+    states: dict[str, int] = {}
+    for group in resp.groups:
+        states[group.group_state] = states.get(group.group_state, 0) + 1
+    return states
+
+
+def settle(load: LoadGenerator, target: str, groups: int, timeout: float = 120) -> None:
+    """Heartbeat rounds until every group is Stable (targets may be batched by a timer)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        load.run("rounds", n=1)
+        states = asyncio.run(_group_states(target, groups))
+        if states == {"Stable": groups}:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"groups did not settle in {timeout} s: {states}")
+        time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="a small smoke run")
+    parser.add_argument("--groups", type=int)
+    parser.add_argument("--members-per-group", type=int)
+    parser.add_argument("--seconds", type=float)
+    parser.add_argument("--processes", type=int, default=2, help="load generator processes")
+    parser.add_argument("--concurrency", type=int, default=64, help="calls in flight per process")
+    args = parser.parse_args(argv)
+    groups = args.groups or (4 if args.quick else 100)
+    per_group = args.members_per_group or (25 if args.quick else 100)
+    seconds = args.seconds or (2.0 if args.quick else 15.0)
+    members = make_members(groups, per_group)
+    context = {
+        "groups": groups,
+        "members": len(members),
+        "processes": args.processes,
+        "concurrency": args.concurrency,
+        "seconds": seconds,
+        **machine(),
+    }
+
+    bare = start_bare()
+    try:
+        load = LoadGenerator(bare.target, members, args.processes)
+        try:
+            baseline = _steady(bare, load, seconds, args.concurrency, "bare gRPC")
+        finally:
+            load.close()
+    finally:
+        bare.stop()
+
+    postgres = BenchPostgres()
+    try:
+        dsn = postgres.new_database()
+        coordinator = start_coordinator(dsn)
+        try:
+            asyncio.run(_create_topics(coordinator.target, groups, per_group))
+            load = LoadGenerator(coordinator.target, members, args.processes)
+            try:
+                joined = load.run("join")
+                settle(load, coordinator.target, groups)
+                probe = asyncio.run(postgres_activity(dsn))
+                probe_again = asyncio.run(postgres_activity(dsn))
+                own = {k: probe_again[k] - probe[k] for k in probe}  # what measuring itself costs
+                before = asyncio.run(postgres_activity(dsn))
+                run = _steady(coordinator, load, seconds, args.concurrency, "regroup")
+                after = asyncio.run(postgres_activity(dsn))
+            finally:
+                load.close()
+        finally:
+            coordinator.stop()
+    finally:
+        postgres.close()
+
+    commits = after["xact_commit"] - before["xact_commit"] - own["xact_commit"]
+    xids = after["next_xid"] - before["next_xid"] - own["next_xid"]
+    rows = []
+    for r in (baseline, run):
+        rows.append(
+            [r.name, r.calls, r.rate, r.p(50), r.p(99), r.cpu_us_per_rpc, r.client_cpu / r.calls * 1e6]
+        )
+    table(
+        f"Steady heartbeats: {len(members)} members in {groups} groups, {args.processes} load processes x "
+        f"{args.concurrency} in flight, {seconds:.0f} s",
+        ["server", "calls", "hb/s", "p50 ms", "p99 ms", "server cpu us/rpc", "client cpu us/rpc"],
+        rows,
+    )
+    throughput_ratio = run.rate / baseline.rate
+    cpu_ratio = baseline.cpu_us_per_rpc / run.cpu_us_per_rpc
+    print(
+        f"throughput ratio regroup/bare = {throughput_ratio:.2f} (target >= 0.8); "
+        f"CPU-capacity ratio bare/regroup us per rpc = {cpu_ratio:.2f}; "
+        f"Postgres during the steady phase: {commits} commits, {xids} transaction ids (target 0)"
+    )
+    if run.errors:
+        print(f"regroup error codes during the steady phase: {run.errors}")
+    for r in (baseline, run):
+        figure(
+            "steady",
+            server=r.name,
+            heartbeats_per_s=round(r.rate, 1),
+            p50_ms=round(r.p(50), 3),
+            p99_ms=round(r.p(99), 3),
+            server_cpu_us_per_rpc=round(r.cpu_us_per_rpc, 1),
+            calls=r.calls,
+            **context,
+        )
+    return figure(
+        "steady",
+        summary=True,
+        throughput_ratio=round(throughput_ratio, 3),
+        cpu_ratio=round(cpu_ratio, 3),
+        postgres_commits=commits,
+        postgres_xids=xids,
+        join_seconds=round(max(j["seconds"] for j in joined), 2),
+        errors=run.errors,
+        **context,
+    )
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    main()
+    print(f"(took {time.monotonic() - started:.0f} s)")
