@@ -209,7 +209,9 @@ class _Worker:
             "errors": dict(self.errors),
         }
 
-    async def paced(self, seconds: float, interval_ms: int) -> dict[str, Any]:
+    async def paced(
+        self, seconds: float, interval_ms: int, member_ids: Sequence[str] | None = None
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + seconds
         interval = interval_ms / 1000
         calls_before = self.calls
@@ -225,6 +227,9 @@ class _Worker:
         members = self.live()
         await asyncio.gather(*(loop(m, interval * i / max(1, len(members))) for i, m in enumerate(members)))
         return {"calls": self.calls - calls_before}
+
+    async def stats(self) -> dict[str, Any]:
+        return {"calls": self.calls, "errors": dict(self.errors)}
 
     def take_events(self) -> list[Any]:
         events, self.events = self.events, []
@@ -369,6 +374,10 @@ class LoadGenerator:
         for i, conn in enumerate(self._conns):
             conn.send((self._seq, "add", {"specs": list(specs[i :: len(self._conns)])}))
         self.wait(self._seq)
+
+    def calls(self) -> int:
+        """Heartbeats sent so far by every worker."""
+        return sum(reply["calls"] for reply in self.run("stats"))
 
     def events(self) -> list[Any]:
         return [e for reply in self.run("events") for e in reply["events"]]

@@ -159,7 +159,12 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
                 continue
             groups.append(
                 admin_pb2.ListGroupsResponse.Group(
-                    group_id=group_id, group_state=state, group_type=group.group_type
+                    group_id=group_id,
+                    group_state=state,
+                    group_type=group.group_type,
+                    group_epoch=group.group_epoch,
+                    assignment_epoch=group.assignment_epoch,
+                    members=len(group.members),
                 )
             )
         return admin_pb2.ListGroupsResponse(groups=groups)

@@ -413,19 +413,29 @@ class ListGroupsResponse(_message.Message):
         GROUP_ID_FIELD_NUMBER: _builtins.int
         GROUP_STATE_FIELD_NUMBER: _builtins.int
         GROUP_TYPE_FIELD_NUMBER: _builtins.int
+        GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+        ASSIGNMENT_EPOCH_FIELD_NUMBER: _builtins.int
+        MEMBERS_FIELD_NUMBER: _builtins.int
         group_id: _builtins.str
         group_state: _builtins.str
         group_type: _builtins.str
+        group_epoch: _builtins.int
+        assignment_epoch: _builtins.int
+        members: _builtins.int
+        """The number of members."""
         def __init__(
             self,
             *,
             group_id: _builtins.str = ...,
             group_state: _builtins.str = ...,
             group_type: _builtins.str = ...,
+            group_epoch: _builtins.int = ...,
+            assignment_epoch: _builtins.int = ...,
+            members: _builtins.int = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "group_state", b"group_state", "group_type", b"group_type"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "group_epoch", b"group_epoch", "group_id", b"group_id", "group_state", b"group_state", "group_type", b"group_type", "members", b"members"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
