@@ -7,7 +7,7 @@ PROTO_OUT := clients/python/src
 PROTOS := $(wildcard proto/regroup/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: setup run migrate proto proto-check lint typecheck test test-unit test-integration helm-lint fmt clean
+.PHONY: setup run migrate proto proto-check lint typecheck test test-unit test-integration helm-lint bench fmt clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,10 @@ typecheck: $(STAMP)
 ## Lints the Helm chart and validates its rendered manifests (helm comes from a pinned PyPI wheel).
 helm-lint: $(STAMP)
 	$(PY) -m pytest -q tests/test_helm.py
+
+## Benchmarks (docs/benchmarks.md): quick by default, the full grid with BENCH=full.
+bench: $(STAMP)
+	$(PY) -m bench $(if $(filter full,$(BENCH)),--full,)
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -48,10 +48,13 @@ class MemberSpec:
     rebalance_timeout_ms: int = 60_000
 
 
-def make_members(groups: int, members_per_group: int, topic_of_group: Any = None) -> list[MemberSpec]:
-    """`groups` groups named g0000.. with `members_per_group` members each (UUID ids)."""
+def make_members(
+    groups: int, members_per_group: int, topic_of_group: Any = None, first: int = 0
+) -> list[MemberSpec]:
+    """Groups g<first>.. (`groups` of them) with `members_per_group` members each (UUID ids);
+    group g subscribes to topic t<g> unless `topic_of_group` says otherwise."""
     specs = []
-    for g in range(groups):
+    for g in range(first, first + groups):
         topics = (f"t{g:04d}",) if topic_of_group is None else tuple(topic_of_group(g))
         for _ in range(members_per_group):
             specs.append(MemberSpec(f"g{g:04d}", str(uuid.uuid4()), topics))
@@ -210,23 +213,51 @@ class _Worker:
         }
 
     async def paced(
-        self, seconds: float, interval_ms: int, member_ids: Sequence[str] | None = None
+        self,
+        seconds: float,
+        interval_ms: int,
+        member_ids: Sequence[str] | None = None,
+        latencies: bool = False,
     ) -> dict[str, Any]:
         deadline = time.monotonic() + seconds
         interval = interval_ms / 1000
         calls_before = self.calls
+        recorded: list[int] | None = [] if latencies else None
 
         async def loop(member: Member, offset: float) -> None:
             await asyncio.sleep(offset)
             while time.monotonic() < deadline and not member.crashed:
-                await self.beat(member)
+                await self.beat(member, recorded)
                 while member.ack and not member.crashed:
-                    await self.beat(member)
+                    await self.beat(member, recorded)
                 await asyncio.sleep(interval)
 
         members = self.live()
         await asyncio.gather(*(loop(m, interval * i / max(1, len(members))) for i, m in enumerate(members)))
-        return {"calls": self.calls - calls_before}
+        return {"calls": self.calls - calls_before, "latencies_us": recorded or []}
+
+    async def churn(
+        self, group_id: str, topics: Sequence[str], seconds: float, period_ms: int
+    ) -> dict[str, Any]:
+        """A short-lived member joins, then leaves, every `period_ms`: each bumps the group epoch."""
+        deadline = time.monotonic() + seconds
+        cycles = 0
+        while time.monotonic() < deadline:
+            member_id = str(uuid.uuid4())
+            join = self.pb.ConsumerGroupHeartbeatRequest(
+                group_id=group_id, member_id=member_id, member_epoch=0, rebalance_timeout_ms=60_000
+            )
+            join.subscribed_topic_names.values.extend(topics)
+            join.topic_partitions.SetInParent()
+            await self.call(join.SerializeToString())
+            await asyncio.sleep(period_ms / 2000)
+            leave = self.pb.ConsumerGroupHeartbeatRequest(
+                group_id=group_id, member_id=member_id, member_epoch=-1
+            )
+            await self.call(leave.SerializeToString())
+            await asyncio.sleep(period_ms / 2000)
+            cycles += 1
+        return {"cycles": cycles}
 
     async def stats(self) -> dict[str, Any]:
         return {"calls": self.calls, "errors": dict(self.errors)}

@@ -65,10 +65,22 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: flo
     raise RuntimeError(f"server did not listen on {port} in {timeout}s:\n{log.read_text()[-3000:]}")
 
 
+def _die_with_parent() -> None:
+    """Runs in the child before exec: a server outlives no benchmark (Linux PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
 def _spawn(args: list[str], env: dict[str, str], port: int, name: str) -> ServerProcess:
     log = Path(tempfile.mkstemp(prefix=f"regroup-bench-{name}-", suffix=".log")[1])
     with log.open("wb") as out:
-        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=_die_with_parent
+        )
     _wait_port(port, proc, log)
     return ServerProcess(proc, port, log)
 
@@ -100,6 +112,10 @@ class BenchPostgres:
 
     def __post_init__(self) -> None:
         from regroup.server.embedded import embedded_postgres
+
+        # A benchmark stopped by SIGTERM (a timeout) still runs its finally blocks and
+        # atexit hooks, so the embedded Postgres and the servers are cleaned up.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
         self._server = embedded_postgres(Path(self._dir.name), cleanup_mode="delete")
         self.base_dsn = str(self._server.get_uri())

@@ -71,11 +71,13 @@ def _steady(server: ServerProcess, load: LoadGenerator, seconds: float, concurre
     )
 
 
-async def _create_topics(target: str, groups: int, partitions: int) -> None:
+async def _create_topics(target: str, groups: int, partitions: int, first: int = 0) -> None:
+    """Topics t<first>.. for groups first..first+groups-1, `partitions` partitions each."""
     async with grpc.aio.insecure_channel(target) as channel:
         admin = admin_pb2_grpc.GroupAdminStub(channel)
         topics = [
-            admin_pb2.CreatableTopic(name=f"t{g:04d}", num_partitions=partitions) for g in range(groups)
+            admin_pb2.CreatableTopic(name=f"t{g:04d}", num_partitions=partitions)
+            for g in range(first, first + groups)
         ]
         for start in range(0, len(topics), 100):
             resp = await admin.CreateTopics(admin_pb2.CreateTopicsRequest(topics=topics[start : start + 100]))

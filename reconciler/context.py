@@ -29,6 +29,10 @@ class GroupConfig:
     #: At most one target computation per group per interval (Kafka's KIP-1263
     #: group.consumer.assignment.interval.ms); 0 computes on every epoch bump.
     assignment_interval_ms: int = 0
+    #: Groups subscribed to more partitions than this get their target from the
+    #: assignment timer (which the shell runs off the event loop), not inside a
+    #: heartbeat; None computes every target inline.
+    inline_assignment_max_partitions: int | None = None
     #: Available server-side assignors by name; the first is the default.
     assignors: Mapping[str, Assignor] = field(default_factory=lambda: dict(BUILTIN_ASSIGNORS))
 

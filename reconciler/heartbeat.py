@@ -13,6 +13,7 @@ It returns records and timers; it never mutates the group.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 
 from .context import (
@@ -65,7 +66,7 @@ from .target_assignment import (
     next_assignment_ms,
     preferred_assignor,
 )
-from .topics import TopicsImage
+from .topics import Topic, TopicsImage
 from .validation import validate_consumer_group_heartbeat
 
 
@@ -123,14 +124,12 @@ def _heartbeat(
     )
 
     group_epoch = group.group_epoch
+    topics: list[Topic] | None = None  # the group's subscribed topics, once computed
     if subscription_changed:
         previous = (before,) if before.member_id in group.members else ()
+        topics = _topics_after(group, ctx.image, previous, member)
         group_epoch += 1
-        records.append(
-            GroupMetadataRecord(
-                group_epoch, _metadata_hash_after(group, ctx.image, previous, member), group.group_type
-            )
-        )
+        records.append(GroupMetadataRecord(group_epoch, metadata_hash(topics), group.group_type))
 
     # 3. Recompute the target assignment if the group moved ahead of it (at
     # most once per assignment interval; otherwise a timer computes it later).
@@ -139,7 +138,7 @@ def _heartbeat(
     if lookup.replaced is not None and target:
         records.append(TargetAssignmentMemberRecord(member.member_id, target))
     assignment_epoch = group.assignment_epoch
-    if group_epoch > assignment_epoch and assignment_due(group, ctx):
+    if group_epoch > assignment_epoch and assignment_due(group, ctx) and _cheap_enough(group, topics, ctx):
         previous = (before,) if before.member_id in group.members else ()
         assignor = preferred_assignor(
             adjusted_counts(
@@ -279,7 +278,8 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
         return member
     names = member.subscribed_topic_names
     if req.subscribed_topic_names is not None:
-        names = tuple(sorted(set(req.subscribed_topic_names)))
+        # Interned: thousands of members usually name the same few topics.
+        names = tuple(sorted({sys.intern(n) for n in req.subscribed_topic_names}))
     regex = member.subscribed_topic_regex
     if req.subscribed_topic_regex is not None:
         regex = req.subscribed_topic_regex or None
@@ -290,8 +290,8 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
         member,
         instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
         rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
-        client_id=req.client_id if req.client_id is not None else member.client_id,
-        client_host=req.client_host or member.client_host,
+        client_id=sys.intern(req.client_id) if req.client_id is not None else member.client_id,
+        client_host=sys.intern(req.client_host) if req.client_host else member.client_host,
         subscribed_topic_names=names,
         subscribed_topic_regex=regex,
         server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
@@ -331,7 +331,10 @@ def _resolve_owned(req: ConsumerGroupHeartbeat, image: TopicsImage) -> Assignmen
     return make_assignment(pairs)
 
 
-def _metadata_hash_after(group: Group, image: TopicsImage, removed: tuple[Member, ...], added: Member) -> int:
+def _topics_after(
+    group: Group, image: TopicsImage, removed: tuple[Member, ...], added: Member
+) -> list[Topic]:
+    """The group's subscribed topics once `removed` are replaced by `added`."""
     names = adjusted_counts(
         group.subscribed_topic_names(),
         (n for m in removed for n in m.subscribed_topic_names),
@@ -342,7 +345,22 @@ def _metadata_hash_after(group: Group, image: TopicsImage, removed: tuple[Member
         (m.subscribed_topic_regex for m in removed if m.subscribed_topic_regex is not None),
         () if added.subscribed_topic_regex is None else (added.subscribed_topic_regex,),
     )
-    return metadata_hash(group_topics(image, names, regexes))
+    return group_topics(image, names, regexes)
+
+
+def _cheap_enough(group: Group, topics: list[Topic] | None, ctx: Context) -> bool:
+    """Whether the target may be computed inside this heartbeat.
+
+    Beyond `inline_assignment_max_partitions` the heartbeat leaves it to the
+    assignment timer, which the shell runs off the event loop, so that a big
+    group's assignor never stalls the heartbeats of other groups.
+    """
+    limit = ctx.config.inline_assignment_max_partitions
+    if limit is None:
+        return True
+    if topics is None:
+        topics = group_topics(ctx.image, group.subscribed_topic_names(), group.subscribed_regexes())
+    return sum(t.num_partitions for t in topics) <= limit
 
 
 def _is_full_request(req: ConsumerGroupHeartbeat) -> bool:

@@ -200,6 +200,7 @@ class Group:
     __slots__ = (
         "_assignor_counts",
         "_instance_index",
+        "_owned_counts",
         "_partition_epochs",
         "_regex_counts",
         "_topic_name_counts",
@@ -227,7 +228,11 @@ class Group:
         self.target: dict[str, Assignment] = {}
         self._instance_index: dict[str, str] = {}
         #: topic id -> partition -> epoch of the member that owns it.
-        self._partition_epochs: dict[str, dict[int, int]] = {}
+        #: topic id -> list indexed by partition of the owner's epoch (-1 when free):
+        #: 8 bytes a partition, where a dict would take about 40.
+        self._partition_epochs: dict[str, list[int]] = {}
+        #: topic id -> how many of its partitions are owned (the list goes at 0).
+        self._owned_counts: dict[str, int] = {}
         self._topic_name_counts: dict[str, int] = {}
         self._regex_counts: dict[str, int] = {}
         self._assignor_counts: dict[str, int] = {}
@@ -253,10 +258,10 @@ class Group:
 
     def partition_epoch(self, topic_id: str, partition: int) -> int:
         """The epoch of the member owning the partition, or -1 if it is free."""
-        partitions = self._partition_epochs.get(topic_id)
-        if partitions is None:
+        epochs = self._partition_epochs.get(topic_id)
+        if epochs is None or partition >= len(epochs):
             return -1
-        return partitions.get(partition, -1)
+        return epochs[partition]
 
     def subscribed_topic_names(self) -> Mapping[str, int]:
         """Topic names subscribed by name, with the number of subscribers."""
@@ -289,10 +294,16 @@ class Group:
                 epochs = self._partition_epochs.get(topic_id)
                 if epochs is None:
                     continue
+                released = 0
                 for partition in partitions:
-                    epochs.pop(partition, None)
-                if not epochs:
-                    del self._partition_epochs[topic_id]
+                    if partition < len(epochs) and epochs[partition] != -1:
+                        epochs[partition] = -1
+                        released += 1
+                left = self._owned_counts[topic_id] - released
+                if left:
+                    self._owned_counts[topic_id] = left
+                else:
+                    del self._partition_epochs[topic_id], self._owned_counts[topic_id]
 
     def _claim_partitions(self, member: Member) -> None:
         # Check everything first so that a refused claim changes nothing.
@@ -302,18 +313,28 @@ class Group:
                 if epochs is None:
                     continue
                 for partition in partitions:
-                    if partition in epochs:
+                    if partition < len(epochs) and epochs[partition] != -1:
                         # Single ownership is the protocol's core promise: a
                         # record that breaks it is a bug, never stored state.
                         raise IllegalStateError(
                             f"Partition {topic_id}-{partition} is already owned at epoch "
                             f"{epochs[partition]}; member {member.member_id} cannot claim it."
                         )
+        epoch = member.member_epoch
         for owned in (member.assigned, member.pending_revocation):
             for topic_id, partitions in owned.items():
-                epochs = self._partition_epochs.setdefault(topic_id, {})
+                if not partitions:
+                    continue
+                epochs = self._partition_epochs.get(topic_id)
+                if epochs is None:
+                    epochs = self._partition_epochs[topic_id] = []
+                    self._owned_counts[topic_id] = 0
+                highest = max(partitions)
+                if highest >= len(epochs):
+                    epochs.extend([-1] * (highest + 1 - len(epochs)))
                 for partition in partitions:
-                    epochs[partition] = member.member_epoch
+                    epochs[partition] = epoch
+                self._owned_counts[topic_id] += len(partitions)
 
 
 class IllegalStateError(Exception):

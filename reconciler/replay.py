@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .model import Group, IllegalStateError, Member, MemberState
+from .model import EMPTY_ASSIGNMENT, Assignment, Group, IllegalStateError, Member, MemberState
 from .records import (
     CurrentAssignmentRecord,
     CurrentAssignmentTombstone,
@@ -108,8 +108,8 @@ def _replay_current_assignment(group: Group, record: CurrentAssignmentRecord) ->
         state=record.state,
         member_epoch=record.member_epoch,
         previous_member_epoch=record.previous_member_epoch,
-        assigned=record.assigned,
-        pending_revocation=record.pending_revocation,
+        assigned=_share_with_target(record.assigned, group.target.get(record.member_id)),
+        pending_revocation=record.pending_revocation or EMPTY_ASSIGNMENT,
     )
     group._release_partitions(old)
     try:
@@ -118,6 +118,20 @@ def _replay_current_assignment(group: Group, record: CurrentAssignmentRecord) ->
         group._claim_partitions(old)
         raise
     group.members[record.member_id] = new
+
+
+def _share_with_target(assigned: Assignment, target: Assignment | None) -> Assignment:
+    """The assignment, reusing the target's equal partition sets (a loaded or replayed
+    stable member then holds one copy of its partitions, not two)."""
+    if not assigned:
+        return EMPTY_ASSIGNMENT
+    if target is None or all(target.get(t) is p for t, p in assigned.items()):
+        return assigned
+    shared = {}
+    for topic_id, partitions in assigned.items():
+        wanted = target.get(topic_id)
+        shared[topic_id] = wanted if wanted is not None and wanted == partitions else partitions
+    return shared
 
 
 def _remove_member(group: Group, member_id: str) -> None:

@@ -31,6 +31,8 @@ class Settings:
     assignors: tuple[str, ...] = ("uniform", "range")
     #: At most one target computation per group per interval (Kafka 4.3's default).
     assignment_interval_ms: int = 1_000
+    #: Larger groups get their target computed off the event loop (by the assignment timer).
+    inline_assignment_max_partitions: int = 10_000
     max_message_bytes: int = 4 * 1024 * 1024
     shutdown_grace_s: float = 5.0
     log_level: str = "info"
@@ -44,6 +46,7 @@ class Settings:
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             max_group_size=self.max_group_size,
             assignment_interval_ms=self.assignment_interval_ms,
+            inline_assignment_max_partitions=self.inline_assignment_max_partitions,
             assignors={name: BUILTIN_ASSIGNORS[name] for name in self.assignors},
         )
 
@@ -57,6 +60,7 @@ _ENV = {
     "max_group_size": "REGROUP_MAX_GROUP_SIZE",
     "assignors": "REGROUP_ASSIGNORS",
     "assignment_interval_ms": "REGROUP_ASSIGNMENT_INTERVAL_MS",
+    "inline_assignment_max_partitions": "REGROUP_INLINE_ASSIGNMENT_MAX_PARTITIONS",
     "max_message_bytes": "REGROUP_MAX_MESSAGE_BYTES",
     "shutdown_grace_s": "REGROUP_SHUTDOWN_GRACE_S",
     "log_level": "REGROUP_LOG_LEVEL",
@@ -120,6 +124,9 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         max_group_size=max_size,
         assignors=assignors,
         assignment_interval_ms=_int(raw, "assignment_interval_ms", defaults.assignment_interval_ms, 0),
+        inline_assignment_max_partitions=_int(
+            raw, "inline_assignment_max_partitions", defaults.inline_assignment_max_partitions, 0
+        ),
         max_message_bytes=_int(raw, "max_message_bytes", defaults.max_message_bytes, 1024),
         shutdown_grace_s=grace,
         log_level=raw.get("log_level", defaults.log_level).lower(),

@@ -63,7 +63,7 @@ from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_n
 from regroup.reconciler.validation import validate_id
 
 from .clock import Clock
-from .store import NotOwner, PostgresStore, StoreUnavailable
+from .store import NotOwner, PostgresStore, PreparedWrite, StoreUnavailable, prepare_write
 from .timers import TimerKey, TimerQueue
 
 T = TypeVar("T")
@@ -171,24 +171,37 @@ class Coordinator:
 
     # -- the write path ----------------------------------------------------------
 
-    async def run(self, group_id: str, op: Operation[T], *, cause: str, new_member_id: str = "") -> T:
-        """Runs `op` on the group under its lock; stores and replays its records."""
+    async def run(
+        self, group_id: str, op: Operation[T], *, cause: str, new_member_id: str = "", offload: bool = False
+    ) -> T:
+        """Runs `op` on the group under its lock; stores and replays its records.
+
+        With `offload`, the operation and the preparation of its rows run in a
+        worker thread (the lock keeps the group unchanged meanwhile), so that a
+        big computation does not hold up other groups' heartbeats.
+        """
         lock = self._locks.take(group_id)
         try:
             async with lock:
-                return await self._run_locked(group_id, op, cause, new_member_id)
+                return await self._run_locked(group_id, op, cause, new_member_id, offload)
         finally:
             self._locks.give_back(group_id)
 
-    async def _run_locked(self, group_id: str, op: Operation[T], cause: str, new_member_id: str) -> T:
+    async def _run_locked(
+        self, group_id: str, op: Operation[T], cause: str, new_member_id: str, offload: bool
+    ) -> T:
         """Runs `op` with the group's lock held."""
         group = await self._current_group(group_id)
         ctx = Context(
             now_ms=self.clock.now_ms(), config=self.config, image=self.image, new_member_id=new_member_id
         )
-        result = op(group, ctx)
+        write: PreparedWrite | None = None
+        if offload:
+            result, write = await asyncio.to_thread(_run_and_prepare, op, group, ctx, group_id)
+        else:
+            result = op(group, ctx)
         if result.records:
-            await self._store(group_id, result.records)
+            await self._store(group_id, write or result.records)
             self._log_records(group, group_id, result.records, cause)
             try:
                 replayed = replay_all(group, group_id, result.records)
@@ -203,7 +216,7 @@ class Coordinator:
         self._apply_timers(group_id, result.timers)
         return result.response
 
-    async def _store(self, group_id: str, records: Sequence[Record]) -> None:
+    async def _store(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
         try:
             await self.store.append(group_id, records)
         except StoreUnavailable as e:
@@ -321,9 +334,9 @@ class Coordinator:
                 return on_assignment_timer(group, ctx)
             return on_rebalance_timeout(group, key.member_id, payload, ctx)
 
-        cause = f"{key.kind}_timeout"
+        cause = "assignment" if key.kind == "assignment" else f"{key.kind}_timeout"
         try:
-            return await self.run(key.group_id, op, cause=cause)
+            return await self.run(key.group_id, op, cause=cause, offload=key.kind == "assignment")
         except (CoordinatorNotAvailable, NotCoordinator) as e:
             self.log.warning(
                 "timeout_not_applied",
@@ -459,6 +472,14 @@ class Coordinator:
                     )
                 case _:
                     pass
+
+
+def _run_and_prepare(
+    op: Operation[T], group: Group | None, ctx: Context, group_id: str
+) -> tuple[Result[T], PreparedWrite | None]:
+    """An operation and its rows, computed together in a worker thread."""
+    result = op(group, ctx)
+    return result, prepare_write(group_id, result.records) if result.records else None
 
 
 def _store_error(e: StoreUnavailable) -> ApiError:

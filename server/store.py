@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -107,6 +108,73 @@ class _Batch:
                 self.current[record.member_id] = None
 
 
+@dataclass
+class PreparedWrite:
+    """An operation's records as the rows to write, JSON already encoded.
+
+    Preparing is pure CPU work, so a large write (a big group's new target)
+    can be prepared off the event loop.
+    """
+
+    group_row: tuple[Any, ...] | None
+    delete_group: bool
+    deletes: list[tuple[str, list[str]]]
+    upserts: list[tuple[str, list[tuple[Any, ...]]]]
+
+
+def prepare_write(group_id: str, records: Iterable[Record]) -> PreparedWrite:
+    batch = _Batch.of(records)
+    row = batch.group
+    group_row = None
+    if row is not None and not batch.delete_group:
+        group_row = (group_id, row.group_type, row.group_epoch, row.metadata_hash, row.assignment_epoch)
+    deletes = [
+        (table, member_ids)
+        for table, member_ids in (
+            ("members", [m for m, r in batch.members.items() if r is None]),
+            ("target_assignments", [m for m, t in batch.targets.items() if t is None]),
+            ("current_assignments", [m for m, c in batch.current.items() if c is None]),
+        )
+        if member_ids
+    ]
+    members = [
+        (
+            group_id,
+            r.member_id,
+            r.instance_id,
+            r.rack_id,
+            r.client_id,
+            r.client_host,
+            list(r.subscribed_topic_names),
+            r.subscribed_topic_regex,
+            r.server_assignor,
+            r.rebalance_timeout_ms,
+        )
+        for r in batch.members.values()
+        if r is not None
+    ]
+    targets = [(group_id, m, encode_assignment(t)) for m, t in batch.targets.items() if t is not None]
+    current = [
+        (
+            group_id,
+            c.member_id,
+            int(c.state),
+            c.member_epoch,
+            c.previous_member_epoch,
+            encode_assignment(c.assigned),
+            encode_assignment(c.pending_revocation),
+        )
+        for c in batch.current.values()
+        if c is not None
+    ]
+    upserts = [
+        (sql, rows)
+        for sql, rows in ((_UPSERT_MEMBER, members), (_UPSERT_TARGET, targets), (_UPSERT_CURRENT, current))
+        if rows
+    ]
+    return PreparedWrite(group_row, batch.delete_group, deletes, upserts)
+
+
 _UPSERT_GROUP = """
 INSERT INTO groups AS g (group_id, group_type, group_epoch, metadata_hash, assignment_epoch,
                          owner, owner_epoch)
@@ -199,75 +267,26 @@ class PostgresStore:
 
     # -- groups ----------------------------------------------------------------
 
-    async def append(self, group_id: str, records: Sequence[Record]) -> None:
+    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
         """Stores one operation's records in one transaction."""
-        batch = _Batch.of(records)
+        write = records if isinstance(records, PreparedWrite) else prepare_write(group_id, records)
         async with self._transaction() as conn:
             await self._guard(conn, group_id)
-            if batch.group is not None and not batch.delete_group:
-                row = batch.group
-                await conn.execute(
-                    _UPSERT_GROUP,
-                    group_id,
-                    row.group_type,
-                    row.group_epoch,
-                    row.metadata_hash,
-                    row.assignment_epoch,
-                    self.replica_id,
-                    self.owner_epoch,
-                )
-            await self._write_members(conn, group_id, batch)
-            if batch.delete_group:
-                await conn.execute("DELETE FROM groups WHERE group_id = $1", group_id)
-
-    async def _write_members(self, conn: Conn, group_id: str, batch: _Batch) -> None:
-        deletes = [
-            ("members", [m for m, r in batch.members.items() if r is None]),
-            ("target_assignments", [m for m, t in batch.targets.items() if t is None]),
-            ("current_assignments", [m for m, c in batch.current.items() if c is None]),
-        ]
-        for table, member_ids in deletes:
-            if member_ids:
+            if write.group_row is not None:
+                await conn.execute(_UPSERT_GROUP, *write.group_row, self.replica_id, self.owner_epoch)
+            for table, member_ids in write.deletes:
                 await conn.execute(
                     f"DELETE FROM {table} WHERE group_id = $1 AND member_id = ANY($2::text[])",
                     group_id,
                     member_ids,
                 )
-        members = [
-            (
-                group_id,
-                r.member_id,
-                r.instance_id,
-                r.rack_id,
-                r.client_id,
-                r.client_host,
-                list(r.subscribed_topic_names),
-                r.subscribed_topic_regex,
-                r.server_assignor,
-                r.rebalance_timeout_ms,
-            )
-            for r in batch.members.values()
-            if r is not None
-        ]
-        targets = [(group_id, m, encode_assignment(t)) for m, t in batch.targets.items() if t is not None]
-        current = [
-            (
-                group_id,
-                c.member_id,
-                int(c.state),
-                c.member_epoch,
-                c.previous_member_epoch,
-                encode_assignment(c.assigned),
-                encode_assignment(c.pending_revocation),
-            )
-            for c in batch.current.values()
-            if c is not None
-        ]
-        for sql, rows in ((_UPSERT_MEMBER, members), (_UPSERT_TARGET, targets), (_UPSERT_CURRENT, current)):
-            if len(rows) == 1:
-                await conn.execute(sql, *rows[0])
-            elif rows:
-                await conn.executemany(sql, rows)
+            for sql, rows in write.upserts:
+                if len(rows) == 1:
+                    await conn.execute(sql, *rows[0])
+                else:
+                    await conn.executemany(sql, rows)
+            if write.delete_group:
+                await conn.execute("DELETE FROM groups WHERE group_id = $1", group_id)
 
     async def load_groups(self) -> dict[str, Group]:
         """Rebuilds every group by replaying its stored rows as records."""
@@ -302,7 +321,7 @@ class PostgresStore:
                     rack_id=row["rack_id"],
                     client_id=row["client_id"],
                     client_host=row["client_host"],
-                    subscribed_topic_names=tuple(row["subscribed_topic_names"]),
+                    subscribed_topic_names=tuple(sys.intern(n) for n in row["subscribed_topic_names"]),
                     subscribed_topic_regex=row["subscribed_topic_regex"],
                     server_assignor=row["server_assignor"],
                     rebalance_timeout_ms=row["rebalance_timeout_ms"],

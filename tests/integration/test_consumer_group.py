@@ -243,3 +243,22 @@ async def test_batched_target_assignment_is_computed_by_the_timer(start_service:
     assert (group.group_epoch, group.assignment_epoch) == (2, 2)
     await converge(service.stubs, "g1", [first, second])
     assert sorted(len(m.partitions()) for m in (first, second)) == [2, 2]
+
+
+async def test_big_group_target_is_computed_off_the_event_loop(start_service: ServiceFactory) -> None:
+    clock = ManualClock()
+    service = await start_service(clock=clock, inline_assignment_max_partitions=10)
+    await service.stubs.create_topic("orders", 100)
+    member = WireMember(service.stubs.coordinator, "g1", "a", ["orders"])
+    await member.heartbeat()
+    assert (await service.stubs.describe("g1")).group_state == "Assigning"
+    assert member.partitions() == set()
+
+    # The assignment timer is due at once; the timer loop runs it in a worker thread.
+    for _ in range(500):
+        if (await service.stubs.describe("g1")).assignment_epoch == 1:
+            break
+        await service.coordinator.expire_due()
+    assert (await service.stubs.describe("g1")).assignment_epoch == 1
+    await converge(service.stubs, "g1", [member])
+    assert len(member.partitions()) == 100

@@ -79,3 +79,25 @@ def test_zero_interval_computes_on_every_bump() -> None:
 
 def test_schedule_assignment_is_a_timer_op() -> None:
     assert ScheduleAssignment(5).deadline_ms == 5
+
+
+def test_a_big_group_leaves_its_target_to_the_assignment_timer() -> None:
+    h = EngineHarness(config=GroupConfig(inline_assignment_max_partitions=3), now_ms=5_000)
+    h.create_topic("foo", 4)  # more partitions than may be assigned inside a heartbeat
+
+    response = h.heartbeat(join("g", "a", ["foo"]))
+
+    assert h.groups["g"].assignment_epoch == 0
+    # Epoch 0 still: the member has no epoch yet and keeps joining until it gets one.
+    assert (response.member_epoch, response.assignment) == (0, {})
+    assert h.assignments == {"g": 5_000}  # due at once, but off the heartbeat
+    h.advance(0)
+    assert h.groups["g"].assignment_epoch == 1
+    again = h.heartbeat(join("g", "a", ["foo"]))
+    assert (again.member_epoch, again.assignment) == (1, {"foo-id": frozenset({0, 1, 2, 3})})
+
+
+def test_a_small_group_is_still_assigned_inside_the_heartbeat() -> None:
+    h = EngineHarness(config=GroupConfig(inline_assignment_max_partitions=4))
+    h.create_topic("foo", 4)
+    assert h.heartbeat(join("g", "a", ["foo"])).assignment == {"foo-id": frozenset({0, 1, 2, 3})}
