@@ -91,7 +91,9 @@ def compute_target_assignment(
     for member_id in sorted(members):
         new = targets.get(member_id, EMPTY_ASSIGNMENT)
         targets[member_id] = new
-        if new != current_targets.get(member_id, EMPTY_ASSIGNMENT):
+        old = current_targets.get(member_id, EMPTY_ASSIGNMENT)
+        # Assignors return the very object for an unchanged target: skip the deep compare.
+        if new is not old and new != old:
             records.append(TargetAssignmentMemberRecord(member_id, new))
     records.append(TargetAssignmentEpochRecord(group_epoch, now_ms))
     return records, targets

@@ -353,3 +353,245 @@ def test_assignors_ignore_topics_nobody_subscribes_to(assignor: Assignor) -> Non
 
     assert_valid(group, result)
     assert all("t2-id" not in a for a in result.values())
+
+
+# -- the fast paths: object reuse, fresh blocks, stale and invalid input -----
+
+
+def test_uniform_homogeneous_balanced_input_returns_the_same_objects() -> None:
+    """An unchanged target is the very object passed in: the caller's diff is then `is`."""
+    all_topics = topics(t1=7, t2=3)
+    first = UNIFORM.assign(homogeneous(all_topics, ["a", "b", "c"]))
+
+    again = UNIFORM.assign(homogeneous(all_topics, ["a", "b", "c"], current=first))
+
+    assert all(again[m] is first[m] for m in first)
+
+
+def test_uniform_homogeneous_join_reuses_the_untouched_members_objects() -> None:
+    members = [f"m{i:03}" for i in range(50)]
+    all_topics = topics(t1=500, t2=500)  # 20 each; with one more member, 19 or 20
+    before = UNIFORM.assign(homogeneous(all_topics, members))
+    group = homogeneous(all_topics, [*members, "zz-new"], current=before)
+
+    result = UNIFORM.assign(group)
+
+    assert_valid(group, result)
+    assert_balanced(result)
+    # 1000 = 51 * 19 + 31: the 31 first by id keep 20, the other 19 give one up.
+    cut = [m for m in members if result[m] is not before[m]]
+    assert cut == members[31:]
+    assert all(partition_count(result[m]) == 19 and is_subset(result[m], before[m]) for m in cut)
+    assert moved(before, result) == 19 == partition_count(result["zz-new"])
+
+
+def test_uniform_homogeneous_leave_reuses_the_remaining_members_objects() -> None:
+    members = [f"m{i:03}" for i in range(40)]
+    all_topics = topics(t1=300, t2=101)
+    before = UNIFORM.assign(homogeneous(all_topics, members))
+    remaining = {m: before[m] for m in members if m != "m007"}
+    group = homogeneous(all_topics, remaining, current=remaining)
+
+    result = UNIFORM.assign(group)
+
+    assert_valid(group, result)
+    assert_balanced(result)
+    assert moved(remaining, result) == 0
+    # Only members that received some of the leaver's partitions have a new object.
+    changed = [m for m in remaining if result[m] is not remaining[m]]
+    assert sum(partition_count(result[m]) - partition_count(remaining[m]) for m in changed) == (
+        partition_count(before["m007"])
+    )
+
+
+def test_uniform_homogeneous_fresh_assignment_gives_contiguous_blocks_in_id_order() -> None:
+    all_topics = topics(a=5, b=3, c=4)  # the global order: a-id, b-id, c-id
+    group = homogeneous(all_topics, ["m3", "m1", "m2", "m0", "m4"])
+
+    result = UNIFORM.assign(group)
+
+    # 12 = 5 * 2 + 2: m0 and m1 take 3, the others 2, each the next block.
+    assert result == {
+        "m0": tp(a={0, 1, 2}),
+        "m1": tp(a={3, 4}, b={0}),
+        "m2": tp(b={1, 2}),
+        "m3": tp(c={0, 1}),
+        "m4": tp(c={2, 3}),
+    }
+
+
+def test_uniform_homogeneous_fresh_assignment_with_more_members_than_partitions() -> None:
+    group = homogeneous(topics(t1=2, t2=1), ["c", "a", "d", "b", "e"])
+
+    result = UNIFORM.assign(group)
+
+    assert result == {"a": tp(t1={0}), "b": tp(t1={1}), "c": tp(t2={0}), "d": {}, "e": {}}
+
+
+def test_uniform_homogeneous_topic_recreated_under_a_new_id() -> None:
+    """The old id is gone from the spec: its partitions are dropped, the new
+    topic's handed out from scratch, and the rest stays where it was."""
+    before = UNIFORM.assign(homogeneous(topics(t1=6, t2=6), ["a", "b", "c"]))
+    # a: t1 0-3; b: t1 4-5 and t2 0-1; c: t2 2-5.
+    recreated = {"t1-id": Topic("t1-id", "t1", 6), "t2-new": Topic("t2-new", "t2", 6)}
+    subscribed = frozenset(recreated)
+    members = {m: MemberSpec(m, None, None, subscribed, before[m]) for m in before}
+    group = GroupSpec(members=members, topics=recreated)
+
+    result = UNIFORM.assign(group)
+
+    assert_valid(group, result)
+    assert_balanced(result)
+    assert all("t2-id" not in result[m] for m in result)
+    # 12 partitions, 4 each: a keeps its 4 of t1, b its 2 and takes 2 of the
+    # new t2, c (whose topic is gone) takes the other 4.
+    assert result["a"] is before["a"]
+    assert result["b"]["t1-id"] == before["b"]["t1-id"]
+    assert partition_count(result["b"]) == partition_count(result["c"]) == 4
+
+
+def test_uniform_homogeneous_topic_growth_hands_out_only_the_new_partitions() -> None:
+    members = [f"m{i}" for i in range(7)]
+    before = UNIFORM.assign(homogeneous(topics(t1=20, t2=9), members))
+    group = homogeneous(topics(t1=31, t2=9), members, current=before)
+
+    result = UNIFORM.assign(group)
+
+    assert_valid(group, result)
+    assert_balanced(result)
+    assert moved(before, result) == 0
+    assert all(is_subset(before[m], result[m]) for m in members)
+
+
+def test_uniform_homogeneous_overlapping_current_targets_are_resolved() -> None:
+    """Targets this assignor computed never overlap; if the input does, every
+    partition still ends with exactly one member."""
+    all_topics = topics(t1=6, t2=2)
+    current = {
+        "a": tp(t1={0, 1, 2}, t2={0}),
+        "b": tp(t1={2, 3}, t2={0, 1}),  # t1-2 and t2-0 also held by a
+        "c": tp(t1={3, 4, 5, -1}),  # t1-3 also held by b; -1 is no partition
+    }
+    group = homogeneous(all_topics, ["a", "b", "c"], current=current)
+
+    result = UNIFORM.assign(group)
+
+    assert_valid(group, result)
+    assert_balanced(result)
+    assert UNIFORM.assign(reordered(group, 3)) == result
+    assert UNIFORM.assign(homogeneous(all_topics, ["a", "b", "c"], current=result)) == result
+
+
+def test_uniform_homogeneous_accepts_any_mapping_as_current() -> None:
+    from types import MappingProxyType
+
+    all_topics = topics(t1=7, t2=3)
+    first = UNIFORM.assign(homogeneous(all_topics, ["a", "b", "c"]))
+    proxied = {m: MappingProxyType(dict(a)) for m, a in first.items()}
+
+    result = UNIFORM.assign(homogeneous(all_topics, ["a", "b", "c", "d"], current=proxied))
+
+    assert_valid(homogeneous(all_topics, ["a", "b", "c", "d"]), result)
+    assert_balanced(result)
+    assert all(is_subset(result[m], first[m]) for m in first)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_uniform_homogeneous_randomized_large(seed: int) -> None:
+    """Enough members for the partial selections by id (heap and sort) to run."""
+    rng = random.Random(5_000 + seed)
+    members = [f"m{rng.randrange(10**6):06}-{i}" for i in range(rng.choice([150, 300, 700]))]
+    all_topics = topics(**{f"t{i}": rng.randint(1, 400) for i in range(rng.randint(1, 6))})
+    previous = rng.sample(members, len(members) * rng.randint(5, 10) // 10)
+    before = UNIFORM.assign(homogeneous(all_topics, previous))
+    if rng.random() < 0.5:  # some members also hold more than their share
+        extra = rng.sample(previous, min(len(previous), 20))
+        before = dict(before)
+        for m in extra:
+            before[m] = {}
+    group = homogeneous(all_topics, members, current=before)
+
+    result = UNIFORM.assign(group)
+
+    assert_valid(group, result)
+    assert_balanced(result)
+    assert UNIFORM.assign(reordered(group, seed)) == result
+    for m in members:
+        valid = {(t, p) for t, ps in before.get(m, {}).items() for p in ps}
+        kept = {(t, p) for t, ps in result[m].items() for p in ps} & valid
+        assert len(kept) == min(len(valid), partition_count(result[m]))
+
+
+def test_uniform_heterogeneous_overlapping_current_targets_are_resolved() -> None:
+    all_topics = topics(t1=4, t2=3)
+    current = {"a": tp(t1={0, 1}, t2={0}), "b": tp(t1={1, 2, 7}), "c": tp(t2={0, 1})}
+    group = spec(all_topics, {"a": ["t1", "t2"], "b": ["t1"], "c": ["t2"]}, current=current)
+
+    result = UNIFORM.assign(group)
+
+    assert_valid(group, result)
+    assert UNIFORM.assign(reordered(group, 5)) == result
+    again = spec(all_topics, {"a": ["t1", "t2"], "b": ["t1"], "c": ["t2"]}, current=result)
+    assert UNIFORM.assign(again) == result
+
+
+def _range_reference(group: GroupSpec) -> dict[str, Assignment]:
+    """The range assignor's definition, written plainly."""
+
+    def order(m: MemberSpec) -> tuple[int, str, str]:
+        return (0, m.instance_id, m.member_id) if m.instance_id is not None else (1, m.member_id, "")
+
+    ordered = sorted(group.members.values(), key=order)
+    out: dict[str, dict[str, frozenset[int]]] = {m.member_id: {} for m in ordered}
+    for topic_id, topic in group.topics.items():
+        subscribers = [m.member_id for m in ordered if topic_id in m.subscribed_topic_ids]
+        if not subscribers:
+            continue
+        base, extra = divmod(topic.num_partitions, len(subscribers))
+        start = 0
+        for index, member_id in enumerate(subscribers):
+            size = base + (1 if index < extra else 0)
+            if size:
+                out[member_id][topic_id] = frozenset(range(start, start + size))
+            start += size
+    return dict(out)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_range_matches_its_definition(seed: int) -> None:
+    """Grouping by subscription, co-partitioned classes and partial sorts change nothing."""
+    rng = random.Random(9_000 + seed)
+    all_topics = topics(**{f"t{i}": rng.choice([1, 3, 8, 8, 40, 300]) for i in range(rng.randint(1, 8))})
+    names = [t.name for t in all_topics.values()]
+    subscription_choices = [rng.sample(names, rng.randint(0, len(names))) for _ in range(rng.randint(1, 4))]
+    member_ids = [f"m{rng.randrange(10**6):06}-{i}" for i in range(rng.choice([3, 40, 400]))]
+    static = {m: f"i{rng.randrange(10**6)}-{m}" for m in member_ids if rng.random() < 0.3}
+    group = spec(all_topics, {m: rng.choice(subscription_choices) for m in member_ids}, instances=static)
+
+    result = RANGE.assign(group)
+
+    assert result == _range_reference(group)
+    assert RANGE.assign(reordered(group, seed)) == result
+
+
+@pytest.mark.parametrize(("size", "joining"), [(400, 1), (1000, 10), (300, 150)])
+def test_uniform_homogeneous_joins_cut_the_last_members_by_id(size: int, joining: int) -> None:
+    """Joins into a balanced group: who gives a partition up is chosen by a
+    partial selection (one or a few members), or a sort (many)."""
+    members = [f"m{i:05}" for i in range(size)]
+    all_topics = topics(t1=size * 5)
+    before = UNIFORM.assign(homogeneous(all_topics, members))
+    newcomers = [f"n{i:05}" for i in range(joining)]
+    group = homogeneous(all_topics, [*reversed(members), *newcomers], current=before)
+
+    result = UNIFORM.assign(group)
+
+    assert_valid(group, result)
+    assert_balanced(result)
+    base, extra = divmod(size * 5, size + joining)
+    # The extra slots go to the largest holders (all equal) by id: the first
+    # `extra` members keep base + 1, the others are cut to base.
+    keep = min(extra, size)
+    assert [m for m in members if result[m] is before[m]] == (members[:keep] if base + 1 == 5 else [])
+    assert all(partition_count(result[m]) == base for m in members[keep:])
+    assert moved(before, result) == sum(partition_count(result[n]) for n in newcomers)

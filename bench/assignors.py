@@ -1,0 +1,327 @@
+"""Benchmark: the server-side assignors against a bare pass over the partitions.
+
+For `uniform` and `range`, a full assignment (no member has a current target)
+and an incremental one (the full result fed back as every member's current
+target, plus one member joining with none), over members {100, 1,000, 5,000,
+10,000} x partitions {10,000, 100,000} x topics {10, 1,000}. Each point is
+compared with a baseline measured in the same run, alternating with it: a bare
+pass that creates one list per member and appends every partition id to them
+round robin, the least any assignor must do. The target (issue 3) is at most 3x
+the baseline at every point; ratios, not times, are what carry across
+machines.
+
+The inputs are what the coordinator gives the assignors: member and topic ids
+are UUID strings, members are in join order (not sorted), topics are sorted by
+id, and all members with the same subscription share one frozenset of topic
+ids, as `compute_target_assignment` builds them. Specs are built outside the timed
+region; each timing runs after gc.collect() with the collector disabled, and
+the best of k runs is kept.
+
+For information only (no target): the grid's sizes are multiples of each
+other, which lets the uniform assignor share frozensets between topics, so a
+few points with a prime member count show the cost without that; heterogeneous
+subscriptions (half the members subscribe to every topic, half to every other
+topic), which take the uniform assignor's slower general path; and the whole
+`compute_target_assignment` for the largest points, which is what a heartbeat
+that triggers a new target pays.
+
+    python -m bench.assignors [--quick|--full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from bench.report import figure, machine, table
+from regroup.reconciler import Topic
+from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, Assignor, GroupSpec, MemberSpec
+from regroup.reconciler.context import GroupConfig
+from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member
+from regroup.reconciler.target_assignment import compute_target_assignment
+from regroup.reconciler.topics import TopicsImage
+
+TARGET_RATIO = 3.0
+MEMBERS = (100, 1_000, 5_000, 10_000)
+PARTITIONS = (10_000, 100_000)
+TOPICS = (10, 1_000)
+QUICK_POINTS = ((100, 10_000, 10), (1_000, 10_000, 1_000))
+MODES = ("full", "incremental")
+
+
+def _ids(rng: random.Random, n: int) -> list[str]:
+    return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
+
+
+def make_topics(rng: random.Random, partitions: int, topics: int) -> dict[str, Topic]:
+    """`topics` topics sharing `partitions` as evenly as possible, sorted by id
+    as compute_target_assignment passes them."""
+    base, extra = divmod(partitions, topics)
+    ids = _ids(rng, topics)
+    made = {t: Topic(t, f"topic-{i}", base + (i < extra)) for i, t in enumerate(ids)}
+    return {t: made[t] for t in sorted(made)}
+
+
+def subscriptions(
+    topics: dict[str, Topic], member_ids: Sequence[str], mixed: bool
+) -> dict[str, frozenset[str]]:
+    """Everyone on every topic; or (`mixed`) every other member on every other topic."""
+    everything = frozenset(topics)
+    if not mixed:
+        return dict.fromkeys(member_ids, everything)
+    half = frozenset(sorted(topics)[::2])
+    return {m: (half if i % 2 else everything) for i, m in enumerate(member_ids)}
+
+
+def group_spec(
+    topics: dict[str, Topic], subscribed: dict[str, frozenset[str]], current: dict[str, Assignment]
+) -> GroupSpec:
+    members = {
+        m: MemberSpec(m, None, None, ids, current.get(m, EMPTY_ASSIGNMENT)) for m, ids in subscribed.items()
+    }
+    return GroupSpec(members=members, topics=topics)
+
+
+def specs(
+    assignor: Assignor, num_members: int, partitions: int, num_topics: int, mixed: bool = False, seed: int = 0
+) -> dict[str, GroupSpec]:
+    """The full spec, and the incremental one: its result as current, plus a newcomer."""
+    rng = random.Random(seed)
+    topics = make_topics(rng, partitions, num_topics)
+    member_ids = _ids(rng, num_members + 1)
+    subscribed = subscriptions(topics, member_ids, mixed)
+    newcomer = member_ids[-1]  # joins last, with no current target
+    full = group_spec(topics, {m: s for m, s in subscribed.items() if m != newcomer}, {})
+    return {"full": full, "incremental": group_spec(topics, subscribed, assignor.assign(full))}
+
+
+def baseline(num_members: int, sizes: Sequence[int]) -> list[list[int]]:
+    """The bare pass: one list per member, every partition id appended round robin."""
+    lists: list[list[int]] = [[] for _ in range(num_members)]
+    i = 0
+    for n in sizes:
+        for p in range(n):
+            lists[i].append(p)
+            i += 1
+            if i == num_members:
+                i = 0
+    return lists
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+    finally:
+        gc.enable()
+
+
+def compare(fn: Callable[[], object], base: Callable[[], object], runs: int) -> tuple[float, float]:
+    """Best of `runs` of each, in ms, alternating so that both see the same machine."""
+    fn()
+    base()  # warm up: first-call allocations are not what a running coordinator pays
+    best_fn = best_base = float("inf")
+    for _ in range(runs):
+        best_base = min(best_base, _timed(base))
+        best_fn = min(best_fn, _timed(fn))
+    return best_fn * 1e3, best_base * 1e3
+
+
+def bench_point(
+    name: str, num_members: int, partitions: int, num_topics: int, runs: int, mixed: bool = False
+) -> list[dict[str, Any]]:
+    assignor = BUILTIN_ASSIGNORS[name]
+    built = specs(assignor, num_members, partitions, num_topics, mixed)
+    out = []
+    for mode in MODES:
+        spec = built[mode]
+        sizes = [t.num_partitions for t in spec.topics.values()]
+        count = len(spec.members)
+        assignor_ms, baseline_ms = compare(
+            partial(assignor.assign, spec), partial(baseline, count, sizes), runs
+        )
+        out.append(
+            {
+                "assignor": name,
+                "mode": mode,
+                "members": num_members,
+                "partitions": partitions,
+                "topics": num_topics,
+                "baseline_ms": round(baseline_ms, 3),
+                "assignor_ms": round(assignor_ms, 3),
+                "ratio": round(assignor_ms / baseline_ms, 2),
+            }
+        )
+    return out
+
+
+def bench_target_assignment(
+    name: str, num_members: int, partitions: int, num_topics: int, runs: int
+) -> list[dict[str, Any]]:
+    """The whole compute_target_assignment: specs from members, the assignor, the diff."""
+    assignor = BUILTIN_ASSIGNORS[name]
+    built = specs(assignor, num_members, partitions, num_topics)
+    image = TopicsImage(next(iter(built.values())).topics.values())
+    names = tuple(sorted(t.name for t in image.by_id.values()))
+    config = replace(GroupConfig(), assignors=BUILTIN_ASSIGNORS)
+    out = []
+    for mode in MODES:
+        spec = built[mode]
+        members = {m: Member(m, subscribed_topic_names=names, server_assignor=name) for m in spec.members}
+        current = {m: s.current for m, s in spec.members.items() if s.current}
+        sizes = [t.num_partitions for t in spec.topics.values()]
+        count = len(members)
+        total_ms, baseline_ms = compare(
+            partial(compute_target_assignment, members, current, image, name, config, 2),
+            partial(baseline, count, sizes),
+            runs,
+        )
+        assignor_ms, _ = compare(partial(assignor.assign, spec), lambda: None, runs)
+        out.append(
+            {
+                "assignor": name,
+                "mode": mode,
+                "members": num_members,
+                "partitions": partitions,
+                "topics": num_topics,
+                "baseline_ms": round(baseline_ms, 3),
+                "assignor_ms": round(assignor_ms, 3),
+                "compute_target_assignment_ms": round(total_ms, 3),
+                "ratio": round(total_ms / baseline_ms, 2),
+            }
+        )
+    return out
+
+
+def _report(title: str, rows: list[dict[str, Any]], kind: str, targeted: bool) -> None:
+    table(
+        title,
+        [
+            "assignor",
+            "mode",
+            "members",
+            "partitions",
+            "topics",
+            "baseline ms",
+            "assignor ms",
+            "ratio",
+            "<= 3x",
+        ],
+        [
+            [
+                r["assignor"],
+                r["mode"],
+                r["members"],
+                r["partitions"],
+                r["topics"],
+                r["baseline_ms"],
+                r["assignor_ms"],
+                r["ratio"],
+                ("yes" if r["ratio"] <= TARGET_RATIO else "NO") if targeted else "-",
+            ]
+            for r in rows
+        ],
+    )
+    for r in rows:
+        figure(
+            "assignors", kind=kind, **r, **({"within_target": r["ratio"] <= TARGET_RATIO} if targeted else {})
+        )
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser()
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="a couple of small points (a few seconds)")
+    mode.add_argument("--full", action="store_true", help="the whole grid (the default)")
+    parser.add_argument("--runs", type=int, help="timed runs per figure, the best is kept")
+    args = parser.parse_args(argv)
+    runs = args.runs or (3 if args.quick else 7)
+    points = (
+        list(QUICK_POINTS) if args.quick else [(m, n, t) for t in TOPICS for n in PARTITIONS for m in MEMBERS]
+    )
+    print(f"assignors: {machine()}, best of {runs}", flush=True)
+
+    grid: list[dict[str, Any]] = []
+    for name in ("uniform", "range"):
+        rows = [r for point in points for r in bench_point(name, *point, runs=runs)]
+        _report(f"{name}: assignor vs baseline (target <= {TARGET_RATIO:g}x)", rows, "grid", True)
+        grid += rows
+
+    unaligned = (
+        [(97, 10_000, 10)]
+        if args.quick
+        else [(9_973, 100_000, 10), (9_973, 100_000, 1_000), (9_973, 10_000, 1_000)]
+    )
+    rows = [r for point in unaligned for r in bench_point("uniform", *point, runs=runs)]
+    _report(
+        "uniform, member counts that do not divide the partitions (information)", rows, "unaligned", False
+    )
+
+    mixed = (
+        [(100, 10_000, 10)]
+        if args.quick
+        else [(1_000, 100_000, 10), (1_000, 100_000, 1_000), (10_000, 100_000, 10), (10_000, 100_000, 1_000)]
+    )
+    rows = [r for point in mixed for r in bench_point("uniform", *point, runs=max(1, runs // 2), mixed=True)]
+    _report(
+        "uniform, two distinct subscriptions (heterogeneous path; information)", rows, "heterogeneous", False
+    )
+
+    largest = [(1_000, 10_000, 10)] if args.quick else [(10_000, 100_000, 10), (10_000, 100_000, 1_000)]
+    rows = [
+        r
+        for name in ("uniform", "range")
+        for point in largest
+        for r in bench_target_assignment(name, *point, runs=runs)
+    ]
+    table(
+        "compute_target_assignment (what a heartbeat that computes a new target pays; information)",
+        [
+            "assignor",
+            "mode",
+            "members",
+            "partitions",
+            "topics",
+            "baseline ms",
+            "assignor ms",
+            "total ms",
+            "ratio",
+        ],
+        [
+            [
+                r["assignor"],
+                r["mode"],
+                r["members"],
+                r["partitions"],
+                r["topics"],
+                r["baseline_ms"],
+                r["assignor_ms"],
+                r["compute_target_assignment_ms"],
+                r["ratio"],
+            ]
+            for r in rows
+        ],
+    )
+    for r in rows:
+        figure("assignors", kind="compute_target_assignment", **r)
+
+    misses = [r for r in grid if r["ratio"] > TARGET_RATIO]
+    print(
+        f"{len(grid) - len(misses)}/{len(grid)} grid figures within {TARGET_RATIO:g}x the baseline",
+        flush=True,
+    )
+    return grid
+
+
+if __name__ == "__main__":
+    main()
