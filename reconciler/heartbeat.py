@@ -59,7 +59,7 @@ from .records import (
     TargetAssignmentMemberRecord,
     member_removal_records,
 )
-from .subscription import adjusted_counts, group_topics, member_topic_ids, metadata_hash
+from .subscription import adjusted_counts, canonical_names, group_topics, member_topic_ids, metadata_hash
 from .target_assignment import (
     assignment_due,
     compute_target_assignment,
@@ -278,8 +278,7 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
         return member
     names = member.subscribed_topic_names
     if req.subscribed_topic_names is not None:
-        # Interned: thousands of members usually name the same few topics.
-        names = tuple(sorted({sys.intern(n) for n in req.subscribed_topic_names}))
+        names = canonical_names(tuple(sorted(set(req.subscribed_topic_names))))
     regex = member.subscribed_topic_regex
     if req.subscribed_topic_regex is not None:
         regex = req.subscribed_topic_regex or None

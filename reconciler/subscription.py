@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
@@ -24,6 +25,16 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
         raise InvalidRegularExpression(
             f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}."
         ) from None
+
+
+@lru_cache(maxsize=8192)
+def canonical_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """One shared tuple (of interned names) per distinct subscription.
+
+    Thousands of members usually subscribe to the same topics: sharing the
+    tuple saves memory and lets per-subscription work be cached by identity.
+    """
+    return tuple(sys.intern(n) for n in names)
 
 
 def member_topic_ids(image: TopicsImage, names: Iterable[str], regex: str | None) -> frozenset[str]:

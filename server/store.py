@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
     TargetAssignmentMemberTombstone,
 )
+from regroup.reconciler.subscription import canonical_names
 
 #: A connection taken from the pool.
 Conn: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
@@ -321,7 +321,7 @@ class PostgresStore:
                     rack_id=row["rack_id"],
                     client_id=row["client_id"],
                     client_host=row["client_host"],
-                    subscribed_topic_names=tuple(sys.intern(n) for n in row["subscribed_topic_names"]),
+                    subscribed_topic_names=canonical_names(tuple(row["subscribed_topic_names"])),
                     subscribed_topic_regex=row["subscribed_topic_regex"],
                     server_assignor=row["server_assignor"],
                     rebalance_timeout_ms=row["rebalance_timeout_ms"],
