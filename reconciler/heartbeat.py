@@ -399,7 +399,7 @@ def _leave(
     return Result(
         response,
         tuple(fence_member_records(group, member.member_id, ctx.image)),
-        (CancelTimeouts(member.member_id),),
+        (CancelTimeouts(member.member_id), ScheduleAssignment(next_assignment_ms(group, ctx))),
     )
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .context import CancelTimeouts, Context, Result
+from .context import CancelTimeouts, Context, Result, ScheduleAssignment
 from .errors import GroupIdNotFound, NonEmptyGroup
 from .model import Group, MemberState
 from .records import GroupMetadataRecord, GroupTombstone, Record, member_removal_records
 from .subscription import adjusted_counts, group_topics, metadata_hash
-from .target_assignment import compute_pending_assignment
+from .target_assignment import compute_pending_assignment, next_assignment_ms
 from .topics import TopicsImage
 
 
@@ -39,7 +39,9 @@ def on_session_timeout(group: Group, member_id: str, ctx: Context) -> Result[boo
     if member_id not in group.members:
         return Result(False)
     return Result(
-        True, tuple(fence_member_records(group, member_id, ctx.image)), (CancelTimeouts(member_id),)
+        True,
+        tuple(fence_member_records(group, member_id, ctx.image)),
+        (CancelTimeouts(member_id), ScheduleAssignment(next_assignment_ms(group, ctx))),
     )
 
 
@@ -53,22 +55,29 @@ def on_rebalance_timeout(group: Group, member_id: str, member_epoch: int, ctx: C
     ):
         return Result(False)
     return Result(
-        True, tuple(fence_member_records(group, member_id, ctx.image)), (CancelTimeouts(member_id),)
+        True,
+        tuple(fence_member_records(group, member_id, ctx.image)),
+        (CancelTimeouts(member_id), ScheduleAssignment(next_assignment_ms(group, ctx))),
     )
 
 
 def refresh_metadata(group: Group, ctx: Context) -> Result[bool]:
     """Bumps the group epoch when the subscribed topics' metadata changed.
 
-    Run after a topic is created, grown or deleted (and once on load); the new
-    target is computed by the next heartbeat, as in Kafka.
+    Run after a topic is created, grown or deleted (and once on load). The new
+    target is computed by the assignment timer (or by a heartbeat that comes
+    first), so it is ready even for a group whose members are all idle.
     """
     new_hash = metadata_hash(
         group_topics(ctx.image, group.subscribed_topic_names(), group.subscribed_regexes())
     )
     if new_hash == group.metadata_hash:
         return Result(False)
-    return Result(True, (GroupMetadataRecord(group.group_epoch + 1, new_hash, group.group_type),))
+    return Result(
+        True,
+        (GroupMetadataRecord(group.group_epoch + 1, new_hash, group.group_type),),
+        (ScheduleAssignment(next_assignment_ms(group, ctx)),),
+    )
 
 
 def on_assignment_timer(group: Group, ctx: Context) -> Result[bool]:

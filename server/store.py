@@ -121,6 +121,16 @@ class PreparedWrite:
     deletes: list[tuple[str, list[str]]]
     upserts: list[tuple[str, list[tuple[Any, ...]]]]
 
+    def is_single_current_assignment(self) -> bool:
+        return (
+            self.group_row is None
+            and not self.delete_group
+            and not self.deletes
+            and len(self.upserts) == 1
+            and self.upserts[0][0] is _UPSERT_CURRENT
+            and len(self.upserts[0][1]) == 1
+        )
+
 
 def prepare_write(group_id: str, records: Iterable[Record]) -> PreparedWrite:
     batch = _Batch.of(records)
@@ -215,6 +225,20 @@ ON CONFLICT (group_id, member_id) DO UPDATE SET
 """
 
 
+_GUARDED_UPSERT_CURRENT = """
+WITH owned AS (
+    SELECT 1 FROM groups WHERE group_id = $1 AND owner = $8 AND owner_epoch = $9 FOR SHARE
+)
+INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
+                                 assigned, pending_revocation)
+SELECT $1, $2, $3, $4, $5, $6::jsonb, $7::jsonb FROM owned
+ON CONFLICT (group_id, member_id) DO UPDATE SET
+    state = EXCLUDED.state, member_epoch = EXCLUDED.member_epoch,
+    previous_member_epoch = EXCLUDED.previous_member_epoch,
+    assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
+"""
+
+
 class PostgresStore:
     def __init__(self, pool: asyncpg.Pool, replica_id: str) -> None:
         self._pool = pool
@@ -256,6 +280,25 @@ class PostgresStore:
             )
         return self.owner_epoch
 
+    async def _append_current_assignment(self, group_id: str, row: tuple[Any, ...]) -> None:
+        """The most frequent write (one member's reconciliation step) in one statement.
+
+        One round trip instead of four (begin, guard, upsert, commit): the
+        ownership guard is a CTE that locks the group row FOR SHARE, so a
+        replica claiming the group waits for this write, and a write from a
+        replica that lost the group inserts nothing.
+        """
+        try:
+            status = await self._pool.execute(
+                _GUARDED_UPSERT_CURRENT, *row, self.replica_id, self.owner_epoch
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
+        if status.endswith(" 0"):
+            owner = await self.group_owner(group_id)
+            raise NotOwner(f"Group {group_id} is owned by {owner[0] if owner else 'nobody'}.")
+        self.commits += 1
+
     async def _guard(self, conn: Conn, group_id: str) -> None:
         row = await conn.fetchrow(
             "SELECT owner, owner_epoch FROM groups WHERE group_id = $1 FOR UPDATE", group_id
@@ -270,6 +313,9 @@ class PostgresStore:
     async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
         """Stores one operation's records in one transaction."""
         write = records if isinstance(records, PreparedWrite) else prepare_write(group_id, records)
+        if write.is_single_current_assignment():
+            await self._append_current_assignment(group_id, write.upserts[0][1][0])
+            return
         async with self._transaction() as conn:
             await self._guard(conn, group_id)
             if write.group_row is not None:

@@ -36,6 +36,7 @@ from regroup.reconciler import (
     replay_all,
 )
 from regroup.reconciler.model import Assignment
+from regroup.reconciler.target_assignment import preferred_assignor
 
 
 @dataclass
@@ -50,6 +51,8 @@ class EngineHarness:
     rebalances: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     #: group -> when a batched target assignment is due
     assignments: dict[str, int] = field(default_factory=dict)
+    #: (group, assignor) of every target the assignment timer computed
+    timer_computations: list[tuple[str, str]] = field(default_factory=list)
     last_records: tuple[Record, ...] = ()
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -124,7 +127,12 @@ class EngineHarness:
         for group_id, deadline in sorted(self.assignments.items(), key=lambda kv: kv[1]):
             if deadline <= self.now_ms and group_id in self.groups:
                 del self.assignments[group_id]
-                self.apply(group_id, on_assignment_timer(self.groups[group_id], self.ctx()))
+                group = self.groups[group_id]
+                assignor = preferred_assignor(group.server_assignor_counts(), self.config)
+                result = on_assignment_timer(group, self.ctx())
+                if result.response:
+                    self.timer_computations.append((group_id, assignor))
+                self.apply(group_id, result)
         for key, (deadline, epoch) in sorted(self.rebalances.items(), key=lambda kv: kv[1]):
             if deadline <= self.now_ms and key in self.rebalances:
                 group_id, member_id = key

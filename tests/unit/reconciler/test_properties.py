@@ -310,6 +310,10 @@ class GroupMachine(RuleBasedStateMachine):
         due = self.h.now_ms + HEARTBEAT_INTERVAL_MS
         revoking = {m for (_, m), (deadline, _) in self.h.rebalances.items() if deadline <= due}
         fenced = self.h.advance(HEARTBEAT_INTERVAL_MS)
+        if self.h.timer_computations:
+            # A timeout bumped the epoch and the assignment timer computed the target.
+            self.target_assignor = self.h.timer_computations[-1][1]
+            self.h.timer_computations.clear()
         self._check_safety()
         for _, member_id in fenced:
             event(

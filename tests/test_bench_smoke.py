@@ -1,0 +1,49 @@
+"""A smoke run of every benchmark in quick mode, so that they cannot rot.
+
+This checks that each benchmark runs end to end and reports its figures; the
+targets themselves are read from the benchmark output (docs/benchmarks.md),
+never asserted on timings here. Safety figures that do not depend on timing
+are asserted: no instant with two owners, no Postgres write while nothing
+changes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_steady_smoke() -> None:
+    from bench import steady
+
+    summary = steady.main(["--quick", "--seconds", "1"])
+    assert summary["postgres_commits"] == 0
+    assert summary["postgres_xids"] == 0
+    assert summary["throughput_ratio"] > 0
+
+
+def test_convergence_smoke() -> None:
+    from bench import convergence
+
+    lines = convergence.main(["--quick"])
+    assert [line["scenario"] for line in lines] == ["a", "b", "c-crash", "c-rejoin"]
+    assert all(line["two_owner_instants"] == 0 for line in lines)
+
+
+def test_assignors_smoke() -> None:
+    from bench import assignors
+
+    assignors.main(["--quick"])
+
+
+def test_stall_smoke() -> None:
+    from bench import stall
+
+    assert stall.main(["--quick"])["p99_ratio"] > 0
+
+
+def test_memory_smoke() -> None:
+    from bench import memory
+
+    assert memory.main(["--quick"])["live_heap_bytes"] > 0
