@@ -23,10 +23,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import logging
 import time
 import tracemalloc
 import uuid
 from typing import Any
+
+import structlog
 
 from bench.loadgen import LoadGenerator, make_members
 from bench.report import figure, machine, table
@@ -86,6 +89,8 @@ async def _heap_of_shape(groups: int, members: int, partitions: int) -> int:
     from regroup.server.runtime import Coordinator
 
     config = GroupConfig(assignment_interval_ms=0)
+    # The runtime logs every state change; here only its memory matters.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
