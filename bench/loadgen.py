@@ -72,6 +72,8 @@ class Member:
     #: The next request must be full (after joining, an error or a lost response).
     full: bool = True
     crashed: bool = False
+    #: The heartbeat interval the coordinator asked for in its last answer (0: none yet).
+    interval_ms: int = 0
     _request: bytes | None = None
 
     def request(self, pb: Any) -> bytes:
@@ -105,6 +107,7 @@ class Member:
             self.full = True
             return None
         self.epoch = resp.member_epoch
+        self.interval_ms = resp.heartbeat_interval_ms
         self.full = False
         self.ack = False
         if not resp.HasField("assignment"):
@@ -230,7 +233,10 @@ class _Worker:
                 await self.beat(member, recorded)
                 while member.ack and not member.crashed:
                     await self.beat(member, recorded)
-                await asyncio.sleep(interval)
+                # Like a real member: the interval the coordinator asked for, if shorter
+                # (it asks members waiting for partitions to come back sooner).
+                wait = interval if not member.interval_ms else min(interval, member.interval_ms / 1000)
+                await asyncio.sleep(wait)
 
         members = self.live()
         await asyncio.gather(*(loop(m, interval * i / max(1, len(members))) for i, m in enumerate(members)))

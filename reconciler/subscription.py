@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from functools import lru_cache
 
 from .errors import InvalidRegularExpression
+from .model import Group
 from .topics import Topic, TopicsImage
 
 
@@ -73,6 +74,14 @@ def metadata_hash(topics: Iterable[Topic]) -> int:
     if empty:
         return 0
     return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def subscribes_to_any(group: Group, topic_names: Collection[str]) -> bool:
+    """Whether any member of the group subscribes to one of the topics, by name or regex."""
+    names = group.subscribed_topic_names()
+    if any(name in names for name in topic_names):
+        return True
+    return any(compile_regex(r).fullmatch(name) for r in group.subscribed_regexes() for name in topic_names)
 
 
 def adjusted_counts(counts: Mapping[str, int], remove: Iterable[str], add: Iterable[str]) -> dict[str, int]:

@@ -31,16 +31,18 @@ def preferred_assignor(assignor_counts: Mapping[str, int], config: GroupConfig) 
     return best if best is not None else config.default_assignor
 
 
-def assignment_due(group: Group, ctx: Context) -> bool:
-    """Whether a pending target may be computed now (batching, KIP-1263)."""
+def next_assignment_ms(group: Group, ctx: Context) -> int:
+    """When a pending target may be computed (batching, KIP-1263): at once after
+    a quiet interval, else one interval after the last computation."""
     interval = ctx.config.assignment_interval_ms
     last = group.last_assignment_ms
-    return interval <= 0 or last is None or ctx.now_ms - last >= interval
+    if interval <= 0 or last is None:
+        return ctx.now_ms
+    return max(ctx.now_ms, last + interval)
 
 
-def next_assignment_ms(group: Group, ctx: Context) -> int:
-    last = group.last_assignment_ms
-    return ctx.now_ms if last is None else max(ctx.now_ms, last + ctx.config.assignment_interval_ms)
+def assignment_due(group: Group, ctx: Context) -> bool:
+    return next_assignment_ms(group, ctx) <= ctx.now_ms
 
 
 def assignor_counts_of(members: Iterable[Member]) -> dict[str, int]:

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -59,6 +59,7 @@ from regroup.reconciler.records import (
     TargetAssignmentEpochRecord,
     TargetAssignmentMemberRecord,
 )
+from regroup.reconciler.subscription import subscribes_to_any
 from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_name
 from regroup.reconciler.validation import validate_id
 
@@ -285,13 +286,21 @@ class Coordinator:
 
         await self.run(group_id, op, cause="delete")
 
-    async def refresh_groups(self) -> None:
-        """Bumps the epoch of every group whose subscribed topics changed."""
+    async def refresh_groups(self, topic_names: Collection[str] | None = None) -> None:
+        """Bumps the epoch of every group whose subscribed topics changed.
+
+        With `topic_names`, only groups that subscribe to one of them (by name
+        or regex) are looked at: a topic change then costs nothing to the
+        thousands of groups it does not concern.
+        """
 
         def op(group: Group | None, ctx: Context) -> Result[bool]:
             return Result(False) if group is None else refresh_metadata(group, ctx)
 
-        for group_id in [g.group_id for g in self.groups.values() if g.members]:
+        groups = [g for g in self.groups.values() if g.members]
+        if topic_names is not None:
+            groups = [g for g in groups if subscribes_to_any(g, topic_names)]
+        for group_id in [g.group_id for g in groups]:
             try:
                 await self.run(group_id, op, cause="metadata_refresh")
             except (CoordinatorNotAvailable, NotCoordinator) as e:
@@ -427,8 +436,9 @@ class Coordinator:
         )
 
     async def _after_topic_change(self, outcomes: Sequence[TopicOutcome]) -> None:
-        if any(o.error is None for o in outcomes):
-            await self.refresh_groups()
+        changed = [o.topic.name for o in outcomes if o.error is None and o.topic is not None]
+        if changed:
+            await self.refresh_groups(changed)
 
     # -- logging -------------------------------------------------------------------------
 

@@ -128,3 +128,27 @@ async def test_health_and_reflection_are_served(service: Service) -> None:
     await call.done_writing()
     services = {s.name for s in response.list_services_response.service}
     assert {"regroup.v1.GroupCoordinator", "regroup.v1.GroupAdmin", "grpc.health.v1.Health"} <= services
+
+
+async def test_a_new_topic_rebalances_only_the_groups_it_concerns(service: Service) -> None:
+    await service.stubs.create_topic("orders", 1)
+    await service.stubs.create_topic("clicks", 1)
+    by_regex = WireMember(service.stubs.coordinator, "regex-group", "r", [])
+    await service.stubs.coordinator.ConsumerGroupHeartbeat(
+        by_regex.join_request().__class__(
+            group_id="regex-group",
+            member_id="r",
+            member_epoch=0,
+            rebalance_timeout_ms=1000,
+            subscribed_topic_regex="orders.*",
+            topic_partitions=common_pb2.TopicPartitionsList(),
+        )
+    )
+    other = WireMember(service.stubs.coordinator, "click-group", "c", ["clicks"])
+    await other.heartbeat()
+    before = {g: (await service.stubs.describe(g)).group_epoch for g in ("regex-group", "click-group")}
+
+    await service.stubs.create_topic("orders-eu", 2)
+
+    after = {g: (await service.stubs.describe(g)).group_epoch for g in ("regex-group", "click-group")}
+    assert after == {"regex-group": before["regex-group"] + 1, "click-group": before["click-group"]}

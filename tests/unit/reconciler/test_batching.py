@@ -13,59 +13,67 @@ def harness() -> EngineHarness:
     return h
 
 
-def test_first_bump_after_a_quiet_period_is_computed_at_once() -> None:
+def settled() -> EngineHarness:
+    """A group in which member a owns everything, its last computation long ago."""
     h = harness()
-    response = h.heartbeat(join("g", "a", ["foo"]))
-    assert response.member_epoch == 1
-    assert response.assignment == {"foo-id": frozenset({0, 1, 2, 3})}
-    assert TargetAssignmentEpochRecord(1, 10_000) in h.last_records
-    assert h.groups["g"].last_assignment_ms == 10_000
+    assert h.heartbeat(join("g", "a", ["foo"])).assignment == {"foo-id": frozenset({0, 1, 2, 3})}
+    h.now_ms += 60_000
+    h.sessions.clear()
+    return h
+
+
+def test_first_bump_after_a_quiet_period_is_computed_at_once() -> None:
+    h = settled()
+    response = h.heartbeat(join("g", "b", ["foo"]))
+    assert response.member_epoch == 2
+    assert TargetAssignmentEpochRecord(2, h.now_ms) in h.last_records
+    assert h.groups["g"].last_assignment_ms == h.now_ms
 
 
 def test_a_bump_within_the_interval_is_deferred_to_a_timer() -> None:
-    h = harness()
-    h.heartbeat(join("g", "a", ["foo"]))
+    h = settled()
+    h.heartbeat(join("g", "b", ["foo"]))
     h.now_ms += 200
 
-    response = h.heartbeat(join("g", "b", ["foo"]))
+    response = h.heartbeat(join("g", "c", ["foo"]))
 
     group = h.groups["g"]
-    assert (group.group_epoch, group.assignment_epoch) == (2, 1)
+    assert (group.group_epoch, group.assignment_epoch) == (3, 2)
     assert group.state() is GroupState.ASSIGNING
     assert not any(
         isinstance(r, TargetAssignmentEpochRecord | TargetAssignmentMemberRecord) for r in h.last_records
     )
-    assert (response.member_epoch, response.assignment) == (1, {})
-    assert h.assignments == {"g": 11_000}
+    assert (response.member_epoch, response.assignment) == (2, {})
+    assert h.assignments == {"g": h.now_ms + 800}
 
 
 def test_the_timer_computes_the_target_and_members_reconcile_to_it() -> None:
-    h = harness()
-    h.heartbeat(join("g", "a", ["foo"]))
-    h.now_ms += 200
+    h = settled()
     h.heartbeat(join("g", "b", ["foo"]))
-    h.heartbeat(join("g", "c", ["foo"]))  # a third bump in the same interval: still one computation
+    h.now_ms += 200
+    h.heartbeat(join("g", "c", ["foo"]))
+    h.heartbeat(join("g", "d", ["foo"]))  # another bump in the same interval: still one computation
 
     h.advance(799)
-    assert h.groups["g"].assignment_epoch == 1
+    assert h.groups["g"].assignment_epoch == 2
     h.advance(1)
     group = h.groups["g"]
-    assert (group.group_epoch, group.assignment_epoch) == (3, 3)
-    assert sum(len(group.target_of(m).get("foo-id", ())) for m in "abc") == 4
+    assert (group.group_epoch, group.assignment_epoch) == (4, 4)
+    assert sorted(len(group.target_of(m).get("foo-id", ())) for m in "abcd") == [1, 1, 1, 1]
 
-    a = h.heartbeat(beat("g", "a", 1))  # a must revoke first
-    h.heartbeat(beat("g", "a", a.member_epoch, group.members["a"].assigned))
-    for member in ("b", "c"):
-        h.heartbeat(beat("g", member, 1))
+    for _ in range(3):
+        for member_id in "abcd":
+            member = group.members[member_id]
+            h.heartbeat(beat("g", member_id, member.member_epoch, member.assigned))
     assert h.groups["g"].state() is GroupState.STABLE
 
 
 def test_a_heartbeat_after_the_interval_computes_without_waiting_for_the_timer() -> None:
-    h = harness()
-    h.heartbeat(join("g", "a", ["foo"]))
-    h.now_ms += 1_500
+    h = settled()
     h.heartbeat(join("g", "b", ["foo"]))
-    assert h.groups["g"].assignment_epoch == 2
+    h.now_ms += 1_500
+    h.heartbeat(join("g", "c", ["foo"]))
+    assert h.groups["g"].assignment_epoch == 3
 
 
 def test_zero_interval_computes_on_every_bump() -> None:
@@ -101,3 +109,28 @@ def test_a_small_group_is_still_assigned_inside_the_heartbeat() -> None:
     h = EngineHarness(config=GroupConfig(inline_assignment_max_partitions=4))
     h.create_topic("foo", 4)
     assert h.heartbeat(join("g", "a", ["foo"])).assignment == {"foo-id": frozenset({0, 1, 2, 3})}
+
+
+def test_members_waiting_for_partitions_are_told_to_heartbeat_sooner() -> None:
+    h = EngineHarness()
+    h.create_topic("foo", 2)
+    a = h.heartbeat(join("g", "a", ["foo"]))
+    assert a.heartbeat_interval_ms == 5_000  # stable: the configured interval
+
+    b = h.heartbeat(join("g", "b", ["foo"]))  # waits for a to release a partition
+    assert h.groups["g"].members["b"].state.name == "UNRELEASED_PARTITIONS"
+    assert b.heartbeat_interval_ms == 1_250
+
+    revoking = h.heartbeat(beat("g", "a", a.member_epoch))  # asked to revoke: normal interval
+    assert revoking.heartbeat_interval_ms == 5_000
+    h.heartbeat(beat("g", "a", revoking.member_epoch, h.groups["g"].members["a"].assigned))
+    settled_b = h.heartbeat(beat("g", "b", b.member_epoch))
+    assert (settled_b.assignment, settled_b.heartbeat_interval_ms) == ({"foo-id": frozenset({1})}, 5_000)
+
+
+def test_a_member_behind_a_pending_target_heartbeats_sooner() -> None:
+    h = settled()
+    h.heartbeat(join("g", "b", ["foo"]))
+    h.now_ms += 200
+    c = h.heartbeat(join("g", "c", ["foo"]))  # the target for c's epoch is not computed yet
+    assert c.heartbeat_interval_ms == 1_250
