@@ -142,10 +142,22 @@ class _Worker:
         self.events: list[tuple[float, str, list[tuple[str, int]], list[tuple[str, int]]]] = []
         self.calls = 0
         self.errors: dict[int, int] = {}
+        #: gRPC status name -> calls that failed in transport.
+        self.rpc_failures: dict[str, int] = {}
+        self.rpc_error = grpc.aio.AioRpcError
+        #: The longest interval the coordinator has asked for: its normal one.
+        self.normal_interval_ms = 0
 
     async def beat(self, member: Member, latencies: list[int] | None = None) -> Any:
         started = time.perf_counter_ns()
-        raw = await self.call(member.request(self.pb))
+        try:
+            raw = await self.call(member.request(self.pb))
+        except self.rpc_error as e:
+            # A transport failure: a real member retries with a full request.
+            self.rpc_failures[e.code().name] = self.rpc_failures.get(e.code().name, 0) + 1
+            member.full = True
+            member._request = None
+            return None
         if latencies is not None:
             latencies.append((time.perf_counter_ns() - started) // 1000)
         self.calls += 1
@@ -213,6 +225,7 @@ class _Worker:
             "client_cpu": time.process_time() - cpu,
             "latencies_us": latencies,
             "errors": dict(self.errors),
+            "rpc_failures": dict(self.rpc_failures),
         }
 
     async def paced(
@@ -233,9 +246,12 @@ class _Worker:
                 await self.beat(member, recorded)
                 while member.ack and not member.crashed:
                     await self.beat(member, recorded)
-                # Like a real member: the interval the coordinator asked for, if shorter
-                # (it asks members waiting for partitions to come back sooner).
-                wait = interval if not member.interval_ms else min(interval, member.interval_ms / 1000)
+                # Like a real member: when the coordinator asks for a shorter interval than
+                # its normal one (a member waiting for partitions), come back that much sooner.
+                self.normal_interval_ms = max(self.normal_interval_ms, member.interval_ms)
+                wait = interval
+                if 0 < member.interval_ms < self.normal_interval_ms:
+                    wait = interval * member.interval_ms / self.normal_interval_ms
                 await asyncio.sleep(wait)
 
         members = self.live()
@@ -266,7 +282,7 @@ class _Worker:
         return {"cycles": cycles}
 
     async def stats(self) -> dict[str, Any]:
-        return {"calls": self.calls, "errors": dict(self.errors)}
+        return {"calls": self.calls, "errors": dict(self.errors), "rpc_failures": dict(self.rpc_failures)}
 
     def take_events(self) -> list[Any]:
         events, self.events = self.events, []

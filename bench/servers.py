@@ -95,6 +95,7 @@ def start_coordinator(dsn: str, **settings: Any) -> ServerProcess:
     port = free_port()
     env = dict(os.environ)
     env.update(DATABASE_URL=dsn, REGROUP_LISTEN=f"127.0.0.1:{port}", REGROUP_LOG_LEVEL="warning")
+    env.update(PYTHONUNBUFFERED="1")  # so that a failing server's last words reach its log
     env.update({f"REGROUP_{k.upper()}": str(v) for k, v in settings.items()})
     return _spawn([sys.executable, "-m", "regroup.server"], env, port, "coordinator")
 

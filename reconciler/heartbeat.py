@@ -193,7 +193,7 @@ def _heartbeat(
     response = ConsumerGroupHeartbeatResponse(
         member_id=reconciled.member_id,
         member_epoch=reconciled.member_epoch,
-        heartbeat_interval_ms=_interval(reconciled, group_epoch, ctx),
+        heartbeat_interval_ms=_interval(reconciled, ctx),
         session_timeout_ms=ctx.config.session_timeout_ms,
         assignment=reconciled.assigned if send_assignment else None,
     )
@@ -204,19 +204,20 @@ def _heartbeat(
 WAITING_SPEEDUP = 4
 
 
-def _interval(member: Member, group_epoch: int, ctx: Context) -> int:
+def _interval(member: Member, ctx: Context) -> int:
     """The heartbeat interval to give the member: shorter while it waits.
 
-    A member waiting for partitions that others still hold, or for a target
-    not computed yet, learns of them only when it heartbeats: polling four
-    times faster while it waits takes up to three quarters of an interval off
-    a rebalance, and costs nothing once the group is stable.
+    A member waiting for partitions that others still hold learns of their
+    release only when it heartbeats: polling four times faster while it waits
+    takes up to three quarters of an interval off a rebalance, and costs
+    nothing once the group is stable. (Members behind a target that is not
+    computed yet keep the normal interval: under constant churn they would
+    otherwise poll fast all the time.)
     """
     interval = ctx.config.heartbeat_interval_ms
-    waiting = member.state is MemberState.UNRELEASED_PARTITIONS or (
-        member.state is MemberState.STABLE and member.member_epoch < group_epoch
-    )
-    return max(1, interval // WAITING_SPEEDUP) if waiting else interval
+    if member.state is MemberState.UNRELEASED_PARTITIONS:
+        return max(1, interval // WAITING_SPEEDUP)
+    return interval
 
 
 def _dynamic_member(group: Group, req: ConsumerGroupHeartbeat, ctx: Context) -> _Lookup:
