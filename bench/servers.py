@@ -31,6 +31,8 @@ class ServerProcess:
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
+    #: The database of a coordinator (empty for the bare server).
+    dsn: str = ""
 
     @property
     def target(self) -> str:
@@ -97,7 +99,9 @@ def start_coordinator(dsn: str, **settings: Any) -> ServerProcess:
     env.update(DATABASE_URL=dsn, REGROUP_LISTEN=f"127.0.0.1:{port}", REGROUP_LOG_LEVEL="warning")
     env.update(PYTHONUNBUFFERED="1")  # so that a failing server's last words reach its log
     env.update({f"REGROUP_{k.upper()}": str(v) for k, v in settings.items()})
-    return _spawn([sys.executable, "-m", "regroup.server"], env, port, "coordinator")
+    server = _spawn([sys.executable, "-m", "regroup.server"], env, port, "coordinator")
+    server.dsn = dsn
+    return server
 
 
 @dataclass

@@ -72,6 +72,8 @@ Operation = Callable[[Group | None, Context], Result[T]]
 
 #: How long to wait before retrying a timeout whose fencing could not be stored.
 TIMER_RETRY_MS = 1_000
+#: Timers fire at most this often (a deadline may fire up to this much late).
+TIMER_TICK_MS = 10
 
 
 class _KeyedLocks:
@@ -309,9 +311,16 @@ class Coordinator:
     # -- timers ----------------------------------------------------------------------
 
     async def _timer_loop(self) -> None:
+        last_run = self.clock.now_ms()
         while True:
             self.timers.wake.clear()
-            await self.clock.sleep_until(self.timers.next_deadline(), self.timers.wake)
+            deadline = self.timers.next_deadline()
+            if deadline is not None:
+                # Timers fire in ticks: thousands of members whose sessions were armed
+                # within a few seconds must not wake the loop thousands of times.
+                deadline = max(deadline, last_run + TIMER_TICK_MS)
+            await self.clock.sleep_until(deadline, self.timers.wake)
+            last_run = self.clock.now_ms()
             try:
                 await self.expire_due()
             except Exception:
