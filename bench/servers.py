@@ -166,7 +166,19 @@ async def postgres_activity(dsn: str) -> dict[str, int]:
         await conn.execute("SELECT pg_stat_clear_snapshot()")
         commits = await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = $1", database)
         xmax = await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
+        # Rows the coordinator wrote, and Postgres' own background work (autovacuum
+        # and autoanalyze take transaction ids of their own after a big join).
+        tables = await conn.fetchrow(
+            "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) AS rows,"
+            " coalesce(sum(autovacuum_count + autoanalyze_count), 0) AS background"
+            " FROM pg_stat_user_tables"
+        )
     finally:
         await conn.close()
-    # Our own connection's queries count as commits too: each of the three above is one.
-    return {"xact_commit": int(commits), "next_xid": int(xmax)}
+    # Our own connection's queries count as commits too: each of the four above is one.
+    return {
+        "xact_commit": int(commits),
+        "next_xid": int(xmax),
+        "rows_written": int(tables["rows"]),
+        "autovacuum_runs": int(tables["background"]),
+    }

@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     commits = after["xact_commit"] - before["xact_commit"] - own["xact_commit"]
     xids = after["next_xid"] - before["next_xid"] - own["next_xid"]
+    rows_written = after["rows_written"] - before["rows_written"]
+    background = after["autovacuum_runs"] - before["autovacuum_runs"]
     rows = []
     for r in (baseline, run):
         rows.append(
@@ -190,7 +192,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(
         f"throughput ratio regroup/bare = {throughput_ratio:.2f} (target >= 0.8); "
         f"CPU-capacity ratio bare/regroup us per rpc = {cpu_ratio:.2f}; "
-        f"Postgres during the steady phase: {commits} commits, {xids} transaction ids (target 0)"
+        f"Postgres during the steady phase: {rows_written} rows written (target 0), {commits} commits, "
+        f"{xids} transaction ids, {background} autovacuum/autoanalyze runs of Postgres itself"
     )
     if run.errors:
         print(f"regroup error codes during the steady phase: {run.errors}")
@@ -212,6 +215,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cpu_ratio=round(cpu_ratio, 3),
         postgres_commits=commits,
         postgres_xids=xids,
+        postgres_rows_written=rows_written,
+        postgres_autovacuum_runs=background,
         join_seconds=round(max(j["seconds"] for j in joined), 2),
         errors=run.errors,
         **context,
