@@ -45,6 +45,8 @@ def main() -> int:
         "regroup.reconciler",
         "-p",
         "regroup.server",
+        "-p",
+        "regroup.client",
     ]
     return subprocess.call(cmd, cwd=base)
 

@@ -1,1 +1,25 @@
-"""The Python client for regroup (the member side of the protocol)."""
+"""The Python client for regroup: the member side of the protocol and an admin client.
+
+    from regroup.client import GroupMember, RebalanceListener
+
+See clients/python/README.md for examples.
+"""
+
+from regroup.client.admin import GroupAdmin, SyncGroupAdmin
+from regroup.client.errors import RegroupError
+from regroup.client.member import GroupMember, MemberOptions
+from regroup.client.sync import SyncGroupMember
+from regroup.client.types import Assignment, PartitionToken, RebalanceListener, TopicPartition
+
+__all__ = [
+    "Assignment",
+    "GroupAdmin",
+    "GroupMember",
+    "MemberOptions",
+    "PartitionToken",
+    "RebalanceListener",
+    "RegroupError",
+    "SyncGroupAdmin",
+    "SyncGroupMember",
+    "TopicPartition",
+]

@@ -1,0 +1,237 @@
+"""GroupAdmin: thin typed wrappers over the GroupAdmin service, async and sync.
+
+The plural calls return the per-item results as the service sends them; the
+singular ones raise RegroupError when the item was refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from regroup.client.errors import RegroupError
+from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2
+
+T = TypeVar("T")
+Plan = tuple[str, Any, Callable[[Any], T]]
+
+CreatedTopic = admin_pb2.CreateTopicsResponse.Result
+TopicDescription = admin_pb2.TopicDescription
+GroupListing = admin_pb2.ListGroupsResponse.Group
+DescribedGroup = admin_pb2.DescribedGroup
+
+
+def _check(result: Any) -> Any:
+    if result.error_code != common_pb2.NONE:
+        raise RegroupError(result.error_code, result.error_message)
+    return result
+
+
+def _only(results: Sequence[T]) -> T:
+    (result,) = results
+    return _check(result)  # type: ignore[no-any-return]
+
+
+def _topics(topics: Mapping[str, int] | Iterable[admin_pb2.CreatableTopic]) -> list[admin_pb2.CreatableTopic]:
+    if isinstance(topics, Mapping):
+        return [admin_pb2.CreatableTopic(name=n, num_partitions=p) for n, p in topics.items()]
+    return list(topics)
+
+
+class _Plans:
+    """Each admin call as (rpc name, request, how to read the response)."""
+
+    @staticmethod
+    def create_topics(
+        topics: Mapping[str, int] | Iterable[admin_pb2.CreatableTopic],
+    ) -> Plan[list[CreatedTopic]]:
+        return "CreateTopics", admin_pb2.CreateTopicsRequest(topics=_topics(topics)), lambda r: list(r.topics)
+
+    @staticmethod
+    def create_topic(name: str, partitions: int, racks: Sequence[str] = ()) -> Plan[str]:
+        topic = admin_pb2.CreatableTopic(name=name, num_partitions=partitions, partition_racks=racks)
+        return (
+            "CreateTopics",
+            admin_pb2.CreateTopicsRequest(topics=[topic]),
+            lambda r: _only(r.topics).topic_id,
+        )
+
+    @staticmethod
+    def create_partitions(name: str, count: int) -> Plan[int]:
+        request = admin_pb2.CreatePartitionsRequest(
+            topics=[admin_pb2.CreatePartitionsRequest.Topic(name=name, count=count)]
+        )
+        return "CreatePartitions", request, lambda r: _only(r.topics).num_partitions
+
+    @staticmethod
+    def delete_topics(names: Iterable[str]) -> Plan[list[admin_pb2.DeleteTopicsResponse.Result]]:
+        return "DeleteTopics", admin_pb2.DeleteTopicsRequest(names=list(names)), lambda r: list(r.topics)
+
+    @staticmethod
+    def delete_topic(name: str) -> Plan[str]:
+        return "DeleteTopics", admin_pb2.DeleteTopicsRequest(names=[name]), lambda r: _only(r.topics).topic_id
+
+    @staticmethod
+    def describe_topics(names: Iterable[str] = ()) -> Plan[list[TopicDescription]]:
+        return "DescribeTopics", admin_pb2.DescribeTopicsRequest(names=list(names)), lambda r: list(r.topics)
+
+    @staticmethod
+    def list_groups(states: Iterable[str] = (), types: Iterable[str] = ()) -> Plan[list[GroupListing]]:
+        request = admin_pb2.ListGroupsRequest(states_filter=list(states), types_filter=list(types))
+        return "ListGroups", request, lambda r: list(_check(r).groups)
+
+    @staticmethod
+    def describe_groups(group_ids: Iterable[str]) -> Plan[list[DescribedGroup]]:
+        return (
+            "DescribeGroups",
+            admin_pb2.DescribeGroupsRequest(group_ids=list(group_ids)),
+            lambda r: list(r.groups),
+        )
+
+    @staticmethod
+    def describe_group(group_id: str) -> Plan[DescribedGroup]:
+        return (
+            "DescribeGroups",
+            admin_pb2.DescribeGroupsRequest(group_ids=[group_id]),
+            lambda r: _only(r.groups),
+        )
+
+    @staticmethod
+    def delete_groups(group_ids: Iterable[str]) -> Plan[list[admin_pb2.DeleteGroupsResponse.Result]]:
+        return (
+            "DeleteGroups",
+            admin_pb2.DeleteGroupsRequest(group_ids=list(group_ids)),
+            lambda r: list(r.results),
+        )
+
+    @staticmethod
+    def delete_group(group_id: str) -> Plan[None]:
+        return (
+            "DeleteGroups",
+            admin_pb2.DeleteGroupsRequest(group_ids=[group_id]),
+            lambda r: _only(r.results) and None,
+        )
+
+
+class GroupAdmin:
+    """Async admin client: `admin = GroupAdmin("host:50051")`, then `await admin.create_topic("t", 8)`."""
+
+    def __init__(self, target: str | grpc.aio.Channel, *, timeout: float = 30.0) -> None:
+        self._owns_channel = isinstance(target, str)
+        self._channel = grpc.aio.insecure_channel(target) if isinstance(target, str) else target
+        self._stub = admin_pb2_grpc.GroupAdminStub(self._channel)
+        self._timeout = timeout
+
+    async def _do(self, plan: Plan[T]) -> T:
+        rpc, request, read = plan
+        return read(await getattr(self._stub, rpc)(request, timeout=self._timeout))
+
+    async def create_topics(
+        self, topics: Mapping[str, int] | Iterable[admin_pb2.CreatableTopic]
+    ) -> list[CreatedTopic]:
+        return await self._do(_Plans.create_topics(topics))
+
+    async def create_topic(self, name: str, partitions: int, *, racks: Sequence[str] = ()) -> str:
+        """Creates a topic and returns its id."""
+        return await self._do(_Plans.create_topic(name, partitions, racks))
+
+    async def create_partitions(self, name: str, count: int) -> int:
+        """Grows a topic to `count` partitions; returns the new count."""
+        return await self._do(_Plans.create_partitions(name, count))
+
+    async def delete_topics(self, names: Iterable[str]) -> list[admin_pb2.DeleteTopicsResponse.Result]:
+        return await self._do(_Plans.delete_topics(names))
+
+    async def delete_topic(self, name: str) -> str:
+        return await self._do(_Plans.delete_topic(name))
+
+    async def describe_topics(self, names: Iterable[str] = ()) -> list[TopicDescription]:
+        """Describes the named topics, or every topic."""
+        return await self._do(_Plans.describe_topics(names))
+
+    async def list_groups(
+        self, *, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> list[GroupListing]:
+        return await self._do(_Plans.list_groups(states, types))
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
+        return await self._do(_Plans.describe_groups(group_ids))
+
+    async def describe_group(self, group_id: str) -> DescribedGroup:
+        return await self._do(_Plans.describe_group(group_id))
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> list[admin_pb2.DeleteGroupsResponse.Result]:
+        return await self._do(_Plans.delete_groups(group_ids))
+
+    async def delete_group(self, group_id: str) -> None:
+        await self._do(_Plans.delete_group(group_id))
+
+    async def close(self) -> None:
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def __aenter__(self) -> GroupAdmin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class SyncGroupAdmin:
+    """The same calls on a blocking channel, for scripts and Spark drivers."""
+
+    def __init__(self, target: str | grpc.Channel, *, timeout: float = 30.0) -> None:
+        self._owns_channel = isinstance(target, str)
+        self._channel = grpc.insecure_channel(target) if isinstance(target, str) else target
+        self._stub = admin_pb2_grpc.GroupAdminStub(self._channel)
+        self._timeout = timeout
+
+    def _do(self, plan: Plan[T]) -> T:
+        rpc, request, read = plan
+        return read(getattr(self._stub, rpc)(request, timeout=self._timeout))
+
+    def create_topics(
+        self, topics: Mapping[str, int] | Iterable[admin_pb2.CreatableTopic]
+    ) -> list[CreatedTopic]:
+        return self._do(_Plans.create_topics(topics))
+
+    def create_topic(self, name: str, partitions: int, *, racks: Sequence[str] = ()) -> str:
+        return self._do(_Plans.create_topic(name, partitions, racks))
+
+    def create_partitions(self, name: str, count: int) -> int:
+        return self._do(_Plans.create_partitions(name, count))
+
+    def delete_topics(self, names: Iterable[str]) -> list[admin_pb2.DeleteTopicsResponse.Result]:
+        return self._do(_Plans.delete_topics(names))
+
+    def delete_topic(self, name: str) -> str:
+        return self._do(_Plans.delete_topic(name))
+
+    def describe_topics(self, names: Iterable[str] = ()) -> list[TopicDescription]:
+        return self._do(_Plans.describe_topics(names))
+
+    def list_groups(self, *, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[GroupListing]:
+        return self._do(_Plans.list_groups(states, types))
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
+        return self._do(_Plans.describe_groups(group_ids))
+
+    def describe_group(self, group_id: str) -> DescribedGroup:
+        return self._do(_Plans.describe_group(group_id))
+
+    def delete_groups(self, group_ids: Iterable[str]) -> list[admin_pb2.DeleteGroupsResponse.Result]:
+        return self._do(_Plans.delete_groups(group_ids))
+
+    def delete_group(self, group_id: str) -> None:
+        self._do(_Plans.delete_group(group_id))
+
+    def close(self) -> None:
+        if self._owns_channel:
+            self._channel.close()
+
+    def __enter__(self) -> SyncGroupAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

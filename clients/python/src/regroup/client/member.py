@@ -1,0 +1,546 @@
+"""GroupMember: the member side of the KIP-848 protocol, reconciling by itself.
+
+Two tasks cooperate. The heartbeat task owns the conversation with the
+coordinator: it sends one heartbeat at a time, adopts the epoch and target
+assignment of each response, and handles errors (fencing, retries, session
+expiry). The reconciliation task owns the listener: it walks the partitions
+the member owns towards the latest target, revoking first (and acknowledging
+the revocation with an immediate heartbeat) and assigning second, so that the
+application never holds a partition the coordinator may already have given to
+someone else. Callbacks are serialised in that one task, and heartbeats go on
+while they run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import grpc
+
+from regroup.client._telemetry import span
+from regroup.client.errors import (
+    FENCING_CODES,
+    RETRIABLE_CODES,
+    RETRIABLE_STATUSES,
+    RegroupError,
+    error_name,
+)
+from regroup.client.types import (
+    Assignment,
+    RebalanceListener,
+    TopicPartition,
+    call_listener,
+    partitions_from_pb,
+    partitions_to_pb,
+)
+from regroup.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+
+log = logging.getLogger("regroup.client")
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+
+Request = coordinator_pb2.ConsumerGroupHeartbeatRequest
+Response = coordinator_pb2.ConsumerGroupHeartbeatResponse
+Subscription = tuple[Literal["topics"], tuple[str, ...]] | tuple[Literal["regex"], str]
+
+
+@dataclass(frozen=True)
+class MemberOptions:
+    """Tunables, named after their Kafka consumer counterparts."""
+
+    client_id: str = "regroup-python"
+    rebalance_timeout_ms: int = 60_000
+    # How long one heartbeat may take before it is abandoned and retried in full.
+    request_timeout_ms: int = 10_000
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 5_000
+    # Owned partitions are given up (on_partitions_lost) this long before the
+    # session would expire on the coordinator, measured from the sending of the
+    # last answered heartbeat, so that the member stops working on them before
+    # the coordinator can give them to someone else.
+    session_safety_margin_ms: int = 1_000
+
+
+class _Flush:
+    """A wish to have the current owned set acknowledged by a heartbeat."""
+
+    def __init__(self) -> None:
+        self.done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+
+    def resolve(self, ok: bool) -> None:
+        if not self.done.done():
+            self.done.set_result(ok)
+
+
+class GroupMember:
+    """An asyncio group member: `await member.join(...)`, then it heartbeats and
+    reconciles in the background until `await member.close()`.
+
+    >>> async with GroupMember("127.0.0.1:50051", listener=MyListener()) as member:
+    ...     await member.join("orders", topics=["orders"])
+    ...     ...  # process member.assignment().partitions
+    """
+
+    def __init__(
+        self,
+        target: str | grpc.aio.Channel,
+        *,
+        listener: Any = None,
+        member_id: str | None = None,
+        options: MemberOptions | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+    ) -> None:
+        if isinstance(target, str):
+            self._channel = grpc.aio.insecure_channel(target, interceptors=interceptors)
+            self._owns_channel = True
+        else:
+            self._channel = target
+            self._owns_channel = False
+        self._stub = coordinator_pb2_grpc.GroupCoordinatorStub(self._channel)
+        self._listener = listener if listener is not None else RebalanceListener()
+        self._options = options or MemberOptions()
+        self._clock = clock
+        self._member_id = member_id or uuid.uuid4().hex
+        self._group_id = ""
+        self._instance_id: str | None = None
+        self._rack_id: str | None = None
+        self._server_assignor: str | None = None
+        self._subscription: Subscription = ("topics", ())
+
+        self._epoch = JOIN_EPOCH
+        self._interval_ms = 0
+        self._session_timeout_ms = 0
+        self._last_answered_send = 0.0  # clock() when the last answered heartbeat was sent
+        self._target: frozenset[TopicPartition] | None = None
+        # What the member owns (its callbacks done) and the epoch at which it got
+        # each partition; replaced as a whole, never mutated, so that another
+        # thread (the synchronous twin) reads a consistent pair.
+        self._holding: tuple[frozenset[TopicPartition], dict[TopicPartition, int]] = (frozenset(), {})
+
+        self._sent: dict[str, object] = {}  # the fields the coordinator has from us
+        self._send_full = True
+        self._failures = 0
+        self._flushes: list[_Flush] = []
+        self._lose_requested = False
+        self._lost_done: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None
+        self._reconcile_wanted: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self._failure: RegroupError | None = None
+        self._joined = False
+
+    # -- public API --------------------------------------------------------
+
+    @property
+    def member_id(self) -> str:
+        return self._member_id
+
+    @property
+    def member_epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def group_id(self) -> str:
+        return self._group_id
+
+    @property
+    def failure(self) -> RegroupError | None:
+        """The error that stopped the member (FENCED_INSTANCE_ID, an invalid request...), if any."""
+        return self._failure
+
+    def assignment(self) -> Assignment:
+        """The partitions the member owns now (callbacks done), with its member epoch."""
+        owned, epochs = self._holding
+        return Assignment(self._epoch, owned, epochs)
+
+    @property
+    def _owned(self) -> frozenset[TopicPartition]:
+        return self._holding[0]
+
+    def _hold(self, owned: frozenset[TopicPartition], epochs: dict[TopicPartition, int]) -> None:
+        self._holding = (owned, epochs)
+
+    async def join(
+        self,
+        group_id: str,
+        *,
+        topics: Sequence[str] | None = None,
+        regex: str | None = None,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        assignor: str | None = None,
+    ) -> None:
+        """Joins the group and returns once the coordinator accepted the member;
+        partitions then arrive through the listener. Raises RegroupError when the
+        coordinator refuses the join for good (invalid request, group full...)."""
+        if self._joined:
+            raise RuntimeError("this member already joined; create a new GroupMember")
+        if (topics is None) == (regex is None):
+            raise ValueError("pass exactly one of topics= or regex=")
+        self._group_id = group_id
+        self._instance_id = instance_id
+        self._rack_id = rack_id
+        self._server_assignor = assignor
+        self._subscription = ("topics", tuple(topics)) if topics is not None else ("regex", regex or "")
+        self._wake = asyncio.Event()
+        self._reconcile_wanted = asyncio.Event()
+        self._lost_done = asyncio.Event()
+        self._lost_done.set()
+        with span("regroup.join", group_id=group_id, member_id=self._member_id):
+            delay = await self._join_until_accepted()
+        self._joined = True
+        log.info("joined group %s as %s at epoch %d", group_id, self._member_id, self._epoch)
+        self._tasks = [
+            asyncio.create_task(self._heartbeat_loop(delay), name=f"regroup-heartbeat-{self._member_id}"),
+            asyncio.create_task(self._reconcile_loop(), name=f"regroup-reconcile-{self._member_id}"),
+        ]
+
+    def subscribe(self, *, topics: Sequence[str] | None = None, regex: str | None = None) -> None:
+        """Changes the subscription; the next heartbeat carries it."""
+        if (topics is None) == (regex is None):
+            raise ValueError("pass exactly one of topics= or regex=")
+        self._subscription = ("topics", tuple(topics)) if topics is not None else ("regex", regex or "")
+        self._poke()
+
+    async def wait_for_assignment(self, predicate: Callable[[Assignment], bool] | None = None) -> Assignment:
+        """Waits until the owned partitions satisfy `predicate` (by default: the
+        member reached its target and owns something); bound it with asyncio.timeout."""
+
+        def settled(a: Assignment) -> bool:
+            return self._target is not None and a.partitions == self._target and bool(a.partitions)
+
+        check = predicate or settled
+        while not check(self.assignment()):
+            if self._failure is not None:
+                raise self._failure
+            await asyncio.sleep(0.01)
+        return self.assignment()
+
+    async def close(self, *, permanent: bool | None = None) -> None:
+        """Revokes what the member owns (listener), then leaves the group: with
+        epoch -1, or -2 for a static member, which keeps its partitions for it
+        until its session times out (`permanent=True` leaves for good)."""
+        if self._closing:
+            return
+        self._closing = True
+        try:
+            if self._joined:
+                await self._stop_tasks()
+                if self._failure is None and self._epoch > 0:
+                    owned = self._owned
+                    if owned:
+                        with span("regroup.revoke", group_id=self._group_id, partitions=len(owned)):
+                            await call_listener(self._listener, "on_partitions_revoked", owned)
+                    self._hold(frozenset(), {})
+                    await self._leave(permanent)
+        finally:
+            if self._owns_channel:
+                await self._channel.close()
+
+    async def abort(self) -> None:
+        """Stops at once, without callbacks and without leaving: what a crash
+        looks like to the coordinator, which removes the member when its session
+        times out. For processes that must stop now, and for tests."""
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._resolve(self._flushes, False)
+        self._flushes = []
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def __aenter__(self) -> GroupMember:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- heartbeats ----------------------------------------------------------
+
+    async def _join_until_accepted(self) -> float:
+        """The first heartbeat, retried until the coordinator accepts or refuses the member."""
+        while True:
+            delay = await self._heartbeat_once()
+            if self._failure is not None:
+                raise self._failure
+            if self._epoch > 0:
+                return delay
+            await asyncio.sleep(delay)
+
+    async def _heartbeat_loop(self, delay: float) -> None:
+        assert self._wake is not None and self._lost_done is not None
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, delay))
+            self._wake.clear()
+            if self._closing:
+                return
+            # A fenced member rejoins only after on_partitions_lost returned.
+            await self._lost_done.wait()
+            delay = await self._heartbeat_once()
+            if self._failure is not None:
+                return
+
+    async def _heartbeat_once(self) -> float:
+        """Sends one heartbeat and applies its outcome; returns the delay until the next one."""
+        request, fields = self._build_request()
+        flushes, self._flushes = self._flushes, []
+        sent_at = self._clock()
+        timeout = self._options.request_timeout_ms / 1000
+        if self._epoch > 0 and self._session_timeout_ms:
+            # An answer that comes after the session expired would not save the partitions.
+            timeout = max(0.05, min(timeout, self._session_expiry() - sent_at))
+        try:
+            with span("regroup.heartbeat", group_id=self._group_id, member_epoch=request.member_epoch):
+                response = await self._stub.ConsumerGroupHeartbeat(request, timeout=timeout)
+        except grpc.aio.AioRpcError as err:
+            if err.code() not in RETRIABLE_STATUSES:
+                self._fail(
+                    RegroupError(common_pb2.UNKNOWN_SERVER_ERROR, f"{err.code().name}: {err.details()}")
+                )
+                self._resolve(flushes, False)
+                return 0.0
+            log.warning("heartbeat of %s failed (%s), retrying", self._member_id, err.code().name)
+            return self._retry_later(flushes)
+        code = response.error_code
+        if code == common_pb2.NONE:
+            self._accept(response, fields, sent_at)
+            self._resolve(flushes, True)
+            return response.heartbeat_interval_ms / 1000
+        if code in FENCING_CODES and self._epoch != JOIN_EPOCH:
+            log.warning(
+                "member %s fenced (%s: %s); its partitions are lost, rejoining",
+                self._member_id,
+                error_name(code),
+                response.error_message,
+            )
+            self._lose_everything()
+            self._resolve(flushes, False)
+            return 0.0
+        if code in RETRIABLE_CODES:
+            log.warning("heartbeat of %s refused (%s), retrying", self._member_id, error_name(code))
+            return self._retry_later(flushes)
+        self._fail(RegroupError(code, response.error_message))
+        self._resolve(flushes, False)
+        return 0.0
+
+    def _build_request(self) -> tuple[Request, dict[str, object]]:
+        """The full request after joining or any error, only changed fields otherwise."""
+        fields: dict[str, object] = {
+            "instance_id": self._instance_id,
+            "rack_id": self._rack_id,
+            "rebalance_timeout_ms": self._options.rebalance_timeout_ms,
+            "subscription": self._subscription,
+            "server_assignor": self._server_assignor,
+            "client_id": self._options.client_id,
+            "owned": self._owned,
+        }
+        if not self._send_full:
+            fields = {k: v for k, v in fields.items() if self._sent.get(k, _UNSENT) != v}
+        request = Request(group_id=self._group_id, member_id=self._member_id, member_epoch=self._epoch)
+        for name, value in fields.items():
+            _set_field(request, name, value)
+        return request, fields
+
+    def _accept(self, response: Response, fields: dict[str, object], sent_at: float) -> None:
+        self._failures = 0
+        self._send_full = False
+        self._sent.update(fields)
+        self._member_id = response.member_id or self._member_id
+        self._epoch = response.member_epoch
+        self._session_timeout_ms = response.session_timeout_ms
+        self._interval_ms = response.heartbeat_interval_ms
+        self._last_answered_send = sent_at
+        if response.HasField("assignment"):
+            target = partitions_from_pb(response.assignment.topic_partitions)
+            if target != self._target:
+                log.debug(
+                    "member %s target at epoch %d: %d partitions", self._member_id, self._epoch, len(target)
+                )
+            self._target = target
+            self._want_reconcile()
+        elif self._target is None and self._epoch > 0:
+            self._target = frozenset()
+
+    def _retry_later(self, flushes: list[_Flush]) -> float:
+        """Back off with jitter; keep the partitions only while the session lives."""
+        self._send_full = True
+        self._flushes = flushes + self._flushes
+        self._failures += 1
+        backoff_ms: int = min(
+            self._options.retry_backoff_max_ms, self._options.retry_backoff_ms << min(self._failures - 1, 30)
+        )
+        delay = backoff_ms / 1000 * random.uniform(0.8, 1.2)
+        if self._epoch <= 0 or not self._session_timeout_ms:
+            return delay
+        expires_in: float = self._session_expiry() - self._clock()
+        if expires_in <= 0:
+            log.warning(
+                "member %s: session expired without an answer; its partitions are lost", self._member_id
+            )
+            self._lose_everything()
+            return delay
+        return min(delay, expires_in)
+
+    def _session_expiry(self) -> float:
+        margin = min(self._options.session_safety_margin_ms, self._session_timeout_ms // 2)
+        return self._last_answered_send + (self._session_timeout_ms - margin) / 1000
+
+    def _lose_everything(self) -> None:
+        """Fenced or expired: the partitions go (on_partitions_lost), then the member rejoins."""
+        assert self._lost_done is not None
+        self._epoch = JOIN_EPOCH
+        self._target = None
+        self._send_full = True
+        self._lose_requested = True
+        self._lost_done.clear()
+        # Nobody waits for an acknowledgement that the coordinator will never get.
+        self._resolve(self._flushes, False)
+        self._flushes = []
+        self._want_reconcile()
+
+    def _fail(self, error: RegroupError) -> None:
+        log.error("member %s stops: %s", self._member_id, error)
+        self._failure = error
+        if self._joined:
+            self._lose_everything()
+
+    @staticmethod
+    def _resolve(flushes: list[_Flush], ok: bool) -> None:
+        for flush in flushes:
+            flush.resolve(ok)
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _heartbeat_now(self) -> bool:
+        """Sends a heartbeat carrying the current owned set as soon as possible and
+        waits for the coordinator to take it; False if the member was fenced."""
+        if self._closing or self._lose_requested:
+            return False
+        flush = _Flush()
+        self._flushes.append(flush)
+        self._poke()
+        return await flush.done
+
+    async def _leave(self, permanent: bool | None) -> None:
+        static_leave = self._instance_id is not None and not permanent
+        epoch = STATIC_LEAVE_EPOCH if static_leave else LEAVE_EPOCH
+        request = Request(group_id=self._group_id, member_id=self._member_id, member_epoch=epoch)
+        if self._instance_id is not None:
+            request.instance_id = self._instance_id
+        with span("regroup.leave", group_id=self._group_id, member_epoch=epoch):
+            try:
+                response = await self._stub.ConsumerGroupHeartbeat(
+                    request, timeout=self._options.request_timeout_ms / 1000
+                )
+            except grpc.aio.AioRpcError as err:
+                # The session timeout removes the member anyway.
+                log.warning("leave of %s failed (%s)", self._member_id, err.code().name)
+                return
+        if response.error_code != common_pb2.NONE:
+            log.warning("leave of %s refused: %s", self._member_id, error_name(response.error_code))
+        self._epoch = epoch
+        log.info("member %s left group %s with epoch %d", self._member_id, self._group_id, epoch)
+
+    async def _stop_tasks(self) -> None:
+        """Stops heartbeating, then lets the reconciliation finish the callback it is in."""
+        heartbeat, reconcile = self._tasks
+        heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heartbeat
+        self._resolve(self._flushes, False)
+        self._flushes = []
+        self._want_reconcile()
+        if reconcile is not asyncio.current_task():
+            await reconcile
+
+    # -- reconciliation --------------------------------------------------------
+
+    def _want_reconcile(self) -> None:
+        if self._reconcile_wanted is not None:
+            self._reconcile_wanted.set()
+
+    async def _reconcile_loop(self) -> None:
+        assert self._reconcile_wanted is not None
+        while not self._closing:
+            await self._reconcile_wanted.wait()
+            self._reconcile_wanted.clear()
+            await self._reconcile()
+
+    async def _reconcile(self) -> None:
+        """Moves the owned partitions towards the target: revoke, acknowledge, then assign."""
+        assert self._lost_done is not None
+        while True:
+            if self._lose_requested:
+                lost = self._owned
+                self._hold(frozenset(), {})
+                if lost:
+                    with span("regroup.lost", group_id=self._group_id, partitions=len(lost)):
+                        await call_listener(self._listener, "on_partitions_lost", lost)
+                self._lose_requested = False
+                self._lost_done.set()
+                continue
+            target = self._target
+            if target is None or target == self._owned or self._failure is not None or self._closing:
+                return
+            revoked = self._owned - target
+            if revoked:
+                with span("regroup.revoke", group_id=self._group_id, partitions=len(revoked)):
+                    await call_listener(self._listener, "on_partitions_revoked", revoked)
+                epochs = {tp: e for tp, e in self._holding[1].items() if tp not in revoked}
+                self._hold(self._owned - revoked, epochs)
+                # Only once the coordinator knows that these are released may the
+                # member take new ones (they may be waiting for someone else's).
+                await self._heartbeat_now()
+                continue
+            added = target - self._owned
+            epoch = self._epoch
+            with span("regroup.assign", group_id=self._group_id, partitions=len(added)):
+                await call_listener(self._listener, "on_partitions_assigned", added)
+            # Even when fenced or closing meanwhile, the callback handed these out:
+            # they are held until on_partitions_lost or the revocation of close().
+            self._hold(self._owned | added, {**self._holding[1], **dict.fromkeys(added, epoch)})
+            self._poke()  # tell the coordinator early: the member may become Stable sooner
+
+
+class _Unsent:
+    pass
+
+
+_UNSENT = _Unsent()
+
+
+def _set_field(request: Request, name: str, value: object) -> None:
+    if name == "owned":
+        assert isinstance(value, frozenset)
+        request.topic_partitions.SetInParent()
+        request.topic_partitions.CopyFrom(partitions_to_pb(value))
+    elif name == "subscription":
+        assert isinstance(value, tuple)
+        kind, spec = value
+        # Both fields, so that switching between names and a regex clears the other.
+        request.subscribed_topic_names.SetInParent()
+        if kind == "topics":
+            request.subscribed_topic_names.values.extend(spec)
+            request.subscribed_topic_regex = ""
+        else:
+            request.subscribed_topic_regex = spec
+    elif value is not None:
+        setattr(request, name, value)

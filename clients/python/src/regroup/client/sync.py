@@ -1,0 +1,141 @@
+"""The synchronous twin of GroupMember, for code without an event loop (a Spark
+executor, a script): the member runs on an event loop in a background thread,
+and listener callbacks run in worker threads so heartbeats go on meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from regroup.client.errors import RegroupError
+from regroup.client.member import GroupMember, MemberOptions
+from regroup.client.types import Assignment, RebalanceListener, TopicPartition
+
+T = TypeVar("T")
+
+
+class _InWorkerThread:
+    """Runs a plain listener's callbacks in a worker thread, off the member's loop."""
+
+    def __init__(self, listener: Any) -> None:
+        self._listener = listener if listener is not None else RebalanceListener()
+
+    async def _run(self, method: str, partitions: frozenset[TopicPartition]) -> None:
+        callback = getattr(self._listener, method, None)
+        if callback is not None:
+            await asyncio.to_thread(callback, partitions)
+
+    async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        await self._run("on_partitions_revoked", partitions)
+
+    async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        await self._run("on_partitions_assigned", partitions)
+
+    async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        await self._run("on_partitions_lost", partitions)
+
+
+class SyncGroupMember:
+    """`with SyncGroupMember(target, listener=...) as member: member.join(...)`.
+
+    Every method may be called from any thread; `assignment()` returns an
+    immutable snapshot. Listener methods are plain functions run in worker
+    threads, one at a time, in protocol order."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        listener: Any = None,
+        member_id: str | None = None,
+        options: MemberOptions | None = None,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="regroup-member", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+        async def make() -> GroupMember:
+            # The channel must be created on the loop that will use it.
+            return GroupMember(
+                target,
+                listener=_InWorkerThread(listener),
+                member_id=member_id,
+                options=options,
+                interceptors=interceptors,
+            )
+
+        self._member = self._call(make())
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    @property
+    def member_id(self) -> str:
+        return self._member.member_id
+
+    @property
+    def member_epoch(self) -> int:
+        return self._member.member_epoch
+
+    @property
+    def failure(self) -> RegroupError | None:
+        return self._member.failure
+
+    def assignment(self) -> Assignment:
+        return self._member.assignment()
+
+    def join(
+        self,
+        group_id: str,
+        *,
+        topics: Sequence[str] | None = None,
+        regex: str | None = None,
+        instance_id: str | None = None,
+        rack_id: str | None = None,
+        assignor: str | None = None,
+    ) -> None:
+        self._call(
+            self._member.join(
+                group_id,
+                topics=topics,
+                regex=regex,
+                instance_id=instance_id,
+                rack_id=rack_id,
+                assignor=assignor,
+            )
+        )
+
+    def subscribe(self, *, topics: Sequence[str] | None = None, regex: str | None = None) -> None:
+        self._loop.call_soon_threadsafe(lambda: self._member.subscribe(topics=topics, regex=regex))
+
+    def wait_for_assignment(
+        self, predicate: Callable[[Assignment], bool] | None = None, timeout: float | None = None
+    ) -> Assignment:
+        async def wait() -> Assignment:
+            async with asyncio.timeout(timeout):
+                return await self._member.wait_for_assignment(predicate)
+
+        return self._call(wait())
+
+    def close(self, *, permanent: bool | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._call(self._member.close(permanent=permanent))
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    def __enter__(self) -> SyncGroupMember:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
