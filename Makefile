@@ -7,7 +7,7 @@ PROTO_OUT := clients/python/src
 PROTOS := $(wildcard proto/regroup/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: setup run migrate proto proto-check lint typecheck test test-unit test-integration helm-lint bench fmt clean
+.PHONY: setup run migrate proto proto-check proto-lint lint typecheck test test-unit test-integration helm-lint bench fmt clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	$(PY) tools/gen_proto.py --check $(PROTO_OUT)
 
+## buf lint, buf breaking against main, and Java/C++ generation from proto/ (tools/proto_checks.py).
+proto-lint: $(STAMP)
+	$(PY) tools/proto_checks.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -41,7 +45,7 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-## mypy --strict on the pure engine, and on the server shell.
+## mypy --strict on the pure engine, the server shell and the client.
 typecheck: $(STAMP)
 	$(PY) tools/typecheck.py
 
@@ -60,7 +64,7 @@ test-integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration $(PYTEST_ARGS)
 
 ## Every check CI runs: lint, types, proto drift, then the whole test suite.
-test: lint typecheck proto-check
+test: lint typecheck proto-check proto-lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 clean:

@@ -1,0 +1,51 @@
+"""The client is its own package: grpcio and protobuf only, stubs and type stubs inside."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_client_wheel_contents(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT / "clients/python"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("regroup_client-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        (metadata_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        metadata = Parser().parsestr(archive.read(metadata_name).decode())
+    requires = [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r]
+    assert sorted(r.split(">")[0].split("=")[0] for r in requires) == ["grpcio", "protobuf"]
+    for expected in (
+        "regroup/client/__init__.py",
+        "regroup/client/member.py",
+        "regroup/client/py.typed",
+        "regroup/v1/py.typed",
+        "regroup/v1/coordinator_pb2.py",
+        "regroup/v1/coordinator_pb2.pyi",
+        "regroup/v1/coordinator_pb2_grpc.py",
+        "regroup/v1/coordinator_pb2_grpc.pyi",
+    ):
+        assert expected in names, expected
+    # regroup is a namespace shared with the server package: the client must not own it.
+    assert "regroup/__init__.py" not in names
+    assert metadata["Description-Content-Type"] == "text/markdown"
