@@ -70,6 +70,24 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
             )
         return mapping.heartbeat_to_pb(response, self._coordinator.image)
 
+    async def ConnectGroupHeartbeat(
+        self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: Ctx
+    ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ConnectGroupHeartbeat is not implemented yet.")
+        raise AssertionError("unreachable")
+
+    async def PrepareAssignment(
+        self, request: coordinator_pb2.PrepareAssignmentRequest, context: Ctx
+    ) -> coordinator_pb2.PrepareAssignmentResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PrepareAssignment is not implemented yet.")
+        raise AssertionError("unreachable")
+
+    async def InstallAssignment(
+        self, request: coordinator_pb2.InstallAssignmentRequest, context: Ctx
+    ) -> coordinator_pb2.InstallAssignmentResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "InstallAssignment is not implemented yet.")
+        raise AssertionError("unreachable")
+
 
 def _error_fields(e: ApiError) -> dict[str, Any]:
     return {"error_code": mapping.error_code_pb(e.code), "error_message": e.message}
@@ -203,6 +221,12 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
                     admin_pb2.DeleteGroupsResponse.Result(group_id=_echo(group_id), **_error_fields(e))
                 )
         return admin_pb2.DeleteGroupsResponse(results=results)
+
+    async def PutConnectors(
+        self, request: admin_pb2.PutConnectorsRequest, context: Ctx
+    ) -> admin_pb2.PutConnectorsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PutConnectors is not implemented yet.")
+        raise AssertionError("unreachable")
 
 
 def _group_error(group_id: str) -> ApiError:

@@ -106,3 +106,18 @@ def partitions_to_pb(partitions: Iterable[TopicPartition]) -> common_pb2.TopicPa
             for topic_id, ps in sorted(by_topic.items())
         ]
     )
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ConnectorTaskId:
+    """One task of a Connect connector (0-based task number)."""
+
+    connector: str
+    task: int
+
+    def __str__(self) -> str:
+        return f"{self.connector}-{self.task}"
+
+
+#: A resource of a Connect group: a connector (its name) or one of its tasks.
+ConnectResource = str | ConnectorTaskId

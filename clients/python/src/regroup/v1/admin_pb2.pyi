@@ -500,6 +500,11 @@ class DescribedMember(_message.Message):
     PREVIOUS_MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
     REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     SERVER_ASSIGNOR_FIELD_NUMBER: _builtins.int
+    CLIENT_ASSIGNORS_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    CONNECT_ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    CONNECT_TARGET_ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    CONNECT_PENDING_REVOCATION_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     instance_id: _builtins.str
     rack_id: _builtins.str
@@ -512,6 +517,10 @@ class DescribedMember(_message.Message):
     previous_member_epoch: _builtins.int
     rebalance_timeout_ms: _builtins.int
     server_assignor: _builtins.str
+    url: _builtins.str
+    """Connect groups: the worker URL, and the connectors/tasks it owns, is
+    targeted with, and has yet to revoke.
+    """
     @_builtins.property
     def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -526,6 +535,16 @@ class DescribedMember(_message.Message):
     def pending_revocation(self) -> _common_pb2.Assignment:
         """Partitions the member was asked to revoke and has not yet released."""
 
+    @_builtins.property
+    def client_assignors(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ClientAssignor]:
+        """The client-side assignors the member supports, in its order of preference."""
+
+    @_builtins.property
+    def connect_assignment(self) -> _common_pb2.ConnectorsAndTasks: ...
+    @_builtins.property
+    def connect_target_assignment(self) -> _common_pb2.ConnectorsAndTasks: ...
+    @_builtins.property
+    def connect_pending_revocation(self) -> _common_pb2.ConnectorsAndTasks: ...
     def __init__(
         self,
         *,
@@ -544,10 +563,15 @@ class DescribedMember(_message.Message):
         previous_member_epoch: _builtins.int = ...,
         rebalance_timeout_ms: _builtins.int = ...,
         server_assignor: _builtins.str = ...,
+        client_assignors: _abc.Iterable[_common_pb2.ClientAssignor] | None = ...,
+        url: _builtins.str = ...,
+        connect_assignment: _common_pb2.ConnectorsAndTasks | None = ...,
+        connect_target_assignment: _common_pb2.ConnectorsAndTasks | None = ...,
+        connect_pending_revocation: _common_pb2.ConnectorsAndTasks | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "pending_revocation", b"pending_revocation", "target_assignment", b"target_assignment"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "connect_assignment", b"connect_assignment", "connect_pending_revocation", b"connect_pending_revocation", "connect_target_assignment", b"connect_target_assignment", "pending_revocation", b"pending_revocation", "target_assignment", b"target_assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "member_state", b"member_state", "pending_revocation", b"pending_revocation", "previous_member_epoch", b"previous_member_epoch", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_assignors", b"client_assignors", "client_host", b"client_host", "client_id", b"client_id", "connect_assignment", b"connect_assignment", "connect_pending_revocation", b"connect_pending_revocation", "connect_target_assignment", b"connect_target_assignment", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "member_state", b"member_state", "pending_revocation", b"pending_revocation", "previous_member_epoch", b"previous_member_epoch", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment", "url", b"url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -566,6 +590,9 @@ class DescribedGroup(_message.Message):
     ASSIGNOR_NAME_FIELD_NUMBER: _builtins.int
     MEMBERS_FIELD_NUMBER: _builtins.int
     GROUP_TYPE_FIELD_NUMBER: _builtins.int
+    COMPUTING_MEMBER_ID_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_ERROR_FIELD_NUMBER: _builtins.int
+    CONNECTORS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     group_id: _builtins.str
@@ -577,8 +604,18 @@ class DescribedGroup(_message.Message):
     assignor_name: _builtins.str
     """The assignor the group uses now."""
     group_type: _builtins.str
+    computing_member_id: _builtins.str
+    """Client-side assignment: the member chosen to compute the next target
+    (empty when none is due), and the last error of the computation (the
+    assignor's, or why no member can compute).
+    """
+    assignment_error: _builtins.str
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedMember]: ...
+    @_builtins.property
+    def connectors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConnectorConfig]:
+        """Connect groups: the connectors and their task counts."""
+
     def __init__(
         self,
         *,
@@ -591,10 +628,13 @@ class DescribedGroup(_message.Message):
         assignor_name: _builtins.str = ...,
         members: _abc.Iterable[Global___DescribedMember] | None = ...,
         group_type: _builtins.str = ...,
+        computing_member_id: _builtins.str = ...,
+        assignment_error: _builtins.str = ...,
+        connectors: _abc.Iterable[Global___ConnectorConfig] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignor_name", b"assignor_name", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "group_state", b"group_state", "group_type", b"group_type", "members", b"members"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignment_error", b"assignment_error", "assignor_name", b"assignor_name", "computing_member_id", b"computing_member_id", "connectors", b"connectors", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "group_state", b"group_state", "group_type", b"group_type", "members", b"members"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -682,3 +722,78 @@ class DeleteGroupsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteGroupsResponse: _TypeAlias = DeleteGroupsResponse  # noqa: Y015
+
+@_typing.final
+class ConnectorConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """1 to 249 characters, no control characters."""
+    tasks: _builtins.int
+    """The number of tasks, 0 to 10000."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        tasks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConnectorConfig: _TypeAlias = ConnectorConfig  # noqa: Y015
+
+@_typing.final
+class PutConnectorsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    CONNECTORS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    @_builtins.property
+    def connectors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConnectorConfig]:
+        """The complete set of connectors; connectors not listed are removed."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        connectors: _abc.Iterable[Global___ConnectorConfig] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connectors", b"connectors", "group_id", b"group_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutConnectorsRequest: _TypeAlias = PutConnectorsRequest  # noqa: Y015
+
+@_typing.final
+class PutConnectorsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    group_epoch: _builtins.int
+    """The group epoch after the change."""
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        group_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutConnectorsResponse: _TypeAlias = PutConnectorsResponse  # noqa: Y015

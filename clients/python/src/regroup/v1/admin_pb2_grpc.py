@@ -74,6 +74,11 @@ class GroupAdminStub:
                 request_serializer=regroup_dot_v1_dot_admin__pb2.DeleteGroupsRequest.SerializeToString,
                 response_deserializer=regroup_dot_v1_dot_admin__pb2.DeleteGroupsResponse.FromString,
                 _registered_method=True)
+        self.PutConnectors = channel.unary_unary(
+                '/regroup.v1.GroupAdmin/PutConnectors',
+                request_serializer=regroup_dot_v1_dot_admin__pb2.PutConnectorsRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_admin__pb2.PutConnectorsResponse.FromString,
+                _registered_method=True)
 
 
 class GroupAdminServicer:
@@ -133,6 +138,15 @@ class GroupAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutConnectors(self, request, context):
+        """Sets the connectors of a Connect group and their task counts (Connect's
+        config topic): the group is created if needed, and any change of
+        connectors or task counts bumps its group epoch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +184,11 @@ def add_GroupAdminServicer_to_server(servicer, server):
                     servicer.DeleteGroups,
                     request_deserializer=regroup_dot_v1_dot_admin__pb2.DeleteGroupsRequest.FromString,
                     response_serializer=regroup_dot_v1_dot_admin__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'PutConnectors': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutConnectors,
+                    request_deserializer=regroup_dot_v1_dot_admin__pb2.PutConnectorsRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_admin__pb2.PutConnectorsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -366,6 +385,33 @@ class GroupAdmin:
             '/regroup.v1.GroupAdmin/DeleteGroups',
             regroup_dot_v1_dot_admin__pb2.DeleteGroupsRequest.SerializeToString,
             regroup_dot_v1_dot_admin__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutConnectors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupAdmin/PutConnectors',
+            regroup_dot_v1_dot_admin__pb2.PutConnectorsRequest.SerializeToString,
+            regroup_dot_v1_dot_admin__pb2.PutConnectorsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,11 @@ class GroupAdminStub:
     """Describes groups: epochs, assignor and every member's state and assignment."""
     DeleteGroups: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupsRequest, _admin_pb2.DeleteGroupsResponse]
     """Deletes empty groups."""
+    PutConnectors: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PutConnectorsRequest, _admin_pb2.PutConnectorsResponse]
+    """Sets the connectors of a Connect group and their task counts (Connect's
+    config topic): the group is created if needed, and any change of
+    connectors or task counts bumps its group epoch.
+    """
 
 @_typing.type_check_only
 class GroupAdminAsyncStub(GroupAdminStub):
@@ -77,6 +82,11 @@ class GroupAdminAsyncStub(GroupAdminStub):
     """Describes groups: epochs, assignor and every member's state and assignment."""
     DeleteGroups: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupsRequest, _admin_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
     """Deletes empty groups."""
+    PutConnectors: _aio.UnaryUnaryMultiCallable[_admin_pb2.PutConnectorsRequest, _admin_pb2.PutConnectorsResponse]  # type: ignore[assignment]
+    """Sets the connectors of a Connect group and their task counts (Connect's
+    config topic): the group is created if needed, and any change of
+    connectors or task counts bumps its group epoch.
+    """
 
 class GroupAdminServicer(metaclass=_abc_1.ABCMeta):
     """The operator-facing API: the topic registry (where the partitions being
@@ -141,5 +151,16 @@ class GroupAdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DeleteGroupsResponse, _abc.Awaitable[_admin_pb2.DeleteGroupsResponse]]:
         """Deletes empty groups."""
+
+    @_abc_1.abstractmethod
+    def PutConnectors(
+        self,
+        request: _admin_pb2.PutConnectorsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.PutConnectorsResponse, _abc.Awaitable[_admin_pb2.PutConnectorsResponse]]:
+        """Sets the connectors of a Connect group and their task counts (Connect's
+        config topic): the group is created if needed, and any change of
+        connectors or task counts bumps its group epoch.
+        """
 
 def add_GroupAdminServicer_to_server(servicer: GroupAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

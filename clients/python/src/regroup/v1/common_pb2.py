@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17regroup/v1/common.proto\x12\nregroup.v1\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"K\n\x0fTopicPartitions\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x12\n\ntopic_name\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x03(\x05\"B\n\x13TopicPartitionsList\x12+\n\x06topics\x18\x01 \x03(\x0b\x32\x1b.regroup.v1.TopicPartitions\"C\n\nAssignment\x12\x35\n\x10topic_partitions\x18\x01 \x03(\x0b\x32\x1b.regroup.v1.TopicPartitions*\xd6\x04\n\tErrorCode\x12\x08\n\x04NONE\x10\x00\x12!\n\x14UNKNOWN_SERVER_ERROR\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12\x1e\n\x1aUNKNOWN_TOPIC_OR_PARTITION\x10\x03\x12 \n\x1c\x43OORDINATOR_LOAD_IN_PROGRESS\x10\x0e\x12\x1d\n\x19\x43OORDINATOR_NOT_AVAILABLE\x10\x0f\x12\x13\n\x0fNOT_COORDINATOR\x10\x10\x12\x1b\n\x17INVALID_TOPIC_EXCEPTION\x10\x11\x12\x16\n\x12ILLEGAL_GENERATION\x10\x16\x12\x14\n\x10INVALID_GROUP_ID\x10\x18\x12\x15\n\x11UNKNOWN_MEMBER_ID\x10\x19\x12\x18\n\x14TOPIC_ALREADY_EXISTS\x10$\x12\x16\n\x12INVALID_PARTITIONS\x10%\x12\x13\n\x0fINVALID_REQUEST\x10*\x12\x13\n\x0fNON_EMPTY_GROUP\x10\x44\x12\x16\n\x12GROUP_ID_NOT_FOUND\x10\x45\x12\x1a\n\x16GROUP_MAX_SIZE_REACHED\x10Q\x12\x16\n\x12\x46\x45NCED_INSTANCE_ID\x10R\x12\x14\n\x10UNKNOWN_TOPIC_ID\x10\x64\x12\x17\n\x13\x46\x45NCED_MEMBER_EPOCH\x10n\x12\x1a\n\x16UNRELEASED_INSTANCE_ID\x10o\x12\x18\n\x14UNSUPPORTED_ASSIGNOR\x10p\x12\x16\n\x12STALE_MEMBER_EPOCH\x10q\x12\x1f\n\x1aINVALID_REGULAR_EXPRESSION\x10\x80\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17regroup/v1/common.proto\x12\nregroup.v1\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"K\n\x0fTopicPartitions\x12\x10\n\x08topic_id\x18\x01 \x01(\t\x12\x12\n\ntopic_name\x18\x02 \x01(\t\x12\x12\n\npartitions\x18\x03 \x03(\x05\"B\n\x13TopicPartitionsList\x12+\n\x06topics\x18\x01 \x03(\x0b\x32\x1b.regroup.v1.TopicPartitions\"C\n\nAssignment\x12\x35\n\x10topic_partitions\x18\x01 \x03(\x0b\x32\x1b.regroup.v1.TopicPartitions\"\x83\x01\n\x0e\x43lientAssignor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x17\n\x0fminimum_version\x18\x02 \x01(\x05\x12\x17\n\x0fmaximum_version\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\x05\x12\x0f\n\x07version\x18\x05 \x01(\x05\x12\x10\n\x08metadata\x18\x06 \x01(\x0c\"C\n\x12\x43lientAssignorList\x12-\n\tassignors\x18\x01 \x03(\x0b\x32\x1a.regroup.v1.ClientAssignor\"2\n\x0f\x43onnectorTaskId\x12\x11\n\tconnector\x18\x01 \x01(\t\x12\x0c\n\x04task\x18\x02 \x01(\x05\"T\n\x12\x43onnectorsAndTasks\x12\x12\n\nconnectors\x18\x01 \x03(\t\x12*\n\x05tasks\x18\x02 \x03(\x0b\x32\x1b.regroup.v1.ConnectorTaskId*\x88\x05\n\tErrorCode\x12\x08\n\x04NONE\x10\x00\x12!\n\x14UNKNOWN_SERVER_ERROR\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12\x1e\n\x1aUNKNOWN_TOPIC_OR_PARTITION\x10\x03\x12 \n\x1c\x43OORDINATOR_LOAD_IN_PROGRESS\x10\x0e\x12\x1d\n\x19\x43OORDINATOR_NOT_AVAILABLE\x10\x0f\x12\x13\n\x0fNOT_COORDINATOR\x10\x10\x12\x1b\n\x17INVALID_TOPIC_EXCEPTION\x10\x11\x12\x16\n\x12ILLEGAL_GENERATION\x10\x16\x12\x14\n\x10INVALID_GROUP_ID\x10\x18\x12\x15\n\x11UNKNOWN_MEMBER_ID\x10\x19\x12\x18\n\x14TOPIC_ALREADY_EXISTS\x10$\x12\x16\n\x12INVALID_PARTITIONS\x10%\x12\x13\n\x0fINVALID_REQUEST\x10*\x12\x13\n\x0fNON_EMPTY_GROUP\x10\x44\x12\x16\n\x12GROUP_ID_NOT_FOUND\x10\x45\x12\x1a\n\x16GROUP_MAX_SIZE_REACHED\x10Q\x12\x16\n\x12\x46\x45NCED_INSTANCE_ID\x10R\x12\x14\n\x10UNKNOWN_TOPIC_ID\x10\x64\x12\x17\n\x13\x46\x45NCED_MEMBER_EPOCH\x10n\x12\x1a\n\x16UNRELEASED_INSTANCE_ID\x10o\x12\x18\n\x14UNSUPPORTED_ASSIGNOR\x10p\x12\x16\n\x12STALE_MEMBER_EPOCH\x10q\x12\x1f\n\x1aINVALID_REGULAR_EXPRESSION\x10\x80\x01\x12\x17\n\x12\x43OMPUTE_ASSIGNMENT\x10\xe8\x07\x12\x17\n\x12INVALID_ASSIGNMENT\x10\xe9\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'regroup.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ERRORCODE']._serialized_start=284
-  _globals['_ERRORCODE']._serialized_end=882
+  _globals['_ERRORCODE']._serialized_start=625
+  _globals['_ERRORCODE']._serialized_end=1273
   _globals['_STRINGLIST']._serialized_start=39
   _globals['_STRINGLIST']._serialized_end=67
   _globals['_TOPICPARTITIONS']._serialized_start=69
@@ -41,4 +41,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICPARTITIONSLIST']._serialized_end=212
   _globals['_ASSIGNMENT']._serialized_start=214
   _globals['_ASSIGNMENT']._serialized_end=281
+  _globals['_CLIENTASSIGNOR']._serialized_start=284
+  _globals['_CLIENTASSIGNOR']._serialized_end=415
+  _globals['_CLIENTASSIGNORLIST']._serialized_start=417
+  _globals['_CLIENTASSIGNORLIST']._serialized_end=484
+  _globals['_CONNECTORTASKID']._serialized_start=486
+  _globals['_CONNECTORTASKID']._serialized_end=536
+  _globals['_CONNECTORSANDTASKS']._serialized_start=538
+  _globals['_CONNECTORSANDTASKS']._serialized_end=622
 # @@protoc_insertion_point(module_scope)

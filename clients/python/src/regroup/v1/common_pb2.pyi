@@ -71,6 +71,15 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The member epoch is older than the current one."""
     INVALID_REGULAR_EXPRESSION: _ErrorCode.ValueType  # 128
     """The subscribed topic regex does not compile."""
+    COMPUTE_ASSIGNMENT: _ErrorCode.ValueType  # 1000
+    """Not an error: this member was chosen to compute the group's target
+    assignment with its client-side assignor (PrepareAssignment, then
+    InstallAssignment). The rest of the response is valid as usual.
+    """
+    INVALID_ASSIGNMENT: _ErrorCode.ValueType  # 1001
+    """The installed assignment breaks an invariant (a resource missing or
+    assigned twice, an unknown member, a stale group epoch); nothing changed.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Error codes returned in the `error_code` field of every response.
@@ -128,6 +137,15 @@ STALE_MEMBER_EPOCH: ErrorCode.ValueType  # 113
 """The member epoch is older than the current one."""
 INVALID_REGULAR_EXPRESSION: ErrorCode.ValueType  # 128
 """The subscribed topic regex does not compile."""
+COMPUTE_ASSIGNMENT: ErrorCode.ValueType  # 1000
+"""Not an error: this member was chosen to compute the group's target
+assignment with its client-side assignor (PrepareAssignment, then
+InstallAssignment). The rest of the response is valid as usual.
+"""
+INVALID_ASSIGNMENT: ErrorCode.ValueType  # 1001
+"""The installed assignment breaks an invariant (a resource missing or
+assigned twice, an unknown member, a stale group epoch); nothing changed.
+"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final
@@ -225,3 +243,121 @@ class Assignment(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Assignment: _TypeAlias = Assignment  # noqa: Y015
+
+@_typing.final
+class ClientAssignor(_message.Message):
+    """A client-side assignor a member supports, in the member's order of preference."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MINIMUM_VERSION_FIELD_NUMBER: _builtins.int
+    MAXIMUM_VERSION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The assignor's name, non-empty (for example "uniform" or "incremental_cooperative")."""
+    minimum_version: _builtins.int
+    """The range of metadata versions the member understands: minimum >= -1,
+    maximum >= 0 and >= minimum.
+    """
+    maximum_version: _builtins.int
+    reason: _builtins.int
+    """Why the metadata changed; a change of reason bumps the group epoch, which
+    is how an assignor asks for a (delayed) rebalance.
+    """
+    version: _builtins.int
+    """The version `metadata` is encoded with, inside [minimum, maximum]."""
+    metadata: _builtins.bytes
+    """Opaque to the coordinator, handed to the assignor."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        minimum_version: _builtins.int = ...,
+        maximum_version: _builtins.int = ...,
+        reason: _builtins.int = ...,
+        version: _builtins.int = ...,
+        metadata: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["maximum_version", b"maximum_version", "metadata", b"metadata", "minimum_version", b"minimum_version", "name", b"name", "reason", b"reason", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientAssignor: _TypeAlias = ClientAssignor  # noqa: Y015
+
+@_typing.final
+class ClientAssignorList(_message.Message):
+    """A list of client assignors, as a message so that "not sent" differs from "empty"."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ASSIGNORS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def assignors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientAssignor]: ...
+    def __init__(
+        self,
+        *,
+        assignors: _abc.Iterable[Global___ClientAssignor] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignors", b"assignors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientAssignorList: _TypeAlias = ClientAssignorList  # noqa: Y015
+
+@_typing.final
+class ConnectorTaskId(_message.Message):
+    """One task of a Connect connector."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONNECTOR_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    connector: _builtins.str
+    task: _builtins.int
+    """0-based, below the connector's task count."""
+    def __init__(
+        self,
+        *,
+        connector: _builtins.str = ...,
+        task: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connector", b"connector", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConnectorTaskId: _TypeAlias = ConnectorTaskId  # noqa: Y015
+
+@_typing.final
+class ConnectorsAndTasks(_message.Message):
+    """Connectors and tasks, the resources of a Connect group."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONNECTORS_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def connectors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConnectorTaskId]: ...
+    def __init__(
+        self,
+        *,
+        connectors: _abc.Iterable[_builtins.str] | None = ...,
+        tasks: _abc.Iterable[Global___ConnectorTaskId] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connectors", b"connectors", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConnectorsAndTasks: _TypeAlias = ConnectorsAndTasks  # noqa: Y015

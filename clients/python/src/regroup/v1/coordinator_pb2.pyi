@@ -3,8 +3,10 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from regroup.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -32,6 +34,7 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     SERVER_ASSIGNOR_FIELD_NUMBER: _builtins.int
     TOPIC_PARTITIONS_FIELD_NUMBER: _builtins.int
     CLIENT_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ASSIGNORS_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     """The group identifier."""
     member_id: _builtins.str
@@ -68,6 +71,12 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
         when joining and after every revocation, which it acknowledges.
         """
 
+    @_builtins.property
+    def client_assignors(self) -> _common_pb2.ClientAssignorList:
+        """The client-side assignors the member supports, in order of preference;
+        absent means unchanged. Cannot be sent together with server_assignor.
+        """
+
     def __init__(
         self,
         *,
@@ -82,10 +91,11 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
         server_assignor: _builtins.str | None = ...,
         topic_partitions: _common_pb2.TopicPartitionsList | None = ...,
         client_id: _builtins.str | None = ...,
+        client_assignors: _common_pb2.ClientAssignorList | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rack_id", b"_rack_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_server_assignor", b"_server_assignor", "_subscribed_topic_regex", b"_subscribed_topic_regex", "client_id", b"client_id", "instance_id", b"instance_id", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "topic_partitions", b"topic_partitions"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rack_id", b"_rack_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_server_assignor", b"_server_assignor", "_subscribed_topic_regex", b"_subscribed_topic_regex", "client_assignors", b"client_assignors", "client_id", b"client_id", "instance_id", b"instance_id", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "topic_partitions", b"topic_partitions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rack_id", b"_rack_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_server_assignor", b"_server_assignor", "_subscribed_topic_regex", b"_subscribed_topic_regex", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "topic_partitions", b"topic_partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rack_id", b"_rack_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_server_assignor", b"_server_assignor", "_subscribed_topic_regex", b"_subscribed_topic_regex", "client_assignors", b"client_assignors", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "topic_partitions", b"topic_partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__client_id: _TypeAlias = _typing.Literal["client_id"]  # noqa: Y015
     _WhichOneofArgType__client_id: _TypeAlias = _typing.Literal["_client_id", b"_client_id"]  # noqa: Y015
@@ -161,3 +171,426 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ConsumerGroupHeartbeatResponse: _TypeAlias = ConsumerGroupHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class ConnectGroupHeartbeatRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    REBALANCE_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    CLIENT_ASSIGNORS_FIELD_NUMBER: _builtins.int
+    SERVER_ASSIGNOR_FIELD_NUMBER: _builtins.int
+    OWNED_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    """The group identifier."""
+    member_id: _builtins.str
+    """The worker's member id, kept for its whole life (empty on join: generated)."""
+    member_epoch: _builtins.int
+    """0 to join, -1 to leave, -2 for a static worker leaving temporarily."""
+    instance_id: _builtins.str
+    """The instance id of a static worker; absent for a dynamic one."""
+    rebalance_timeout_ms: _builtins.int
+    """How long the worker may take to revoke, in milliseconds; required on join."""
+    url: _builtins.str
+    """The worker's URL (its REST endpoint in Kafka Connect); absent means unchanged."""
+    server_assignor: _builtins.str
+    """The server-side assignor to use instead; absent means unchanged."""
+    client_id: _builtins.str
+    """A free-form client identifier; absent means unchanged."""
+    @_builtins.property
+    def client_assignors(self) -> _common_pb2.ClientAssignorList:
+        """The client-side assignors the worker supports; absent means unchanged."""
+
+    @_builtins.property
+    def owned(self) -> _common_pb2.ConnectorsAndTasks:
+        """The connectors and tasks the worker owns; absent means unchanged. Must be
+        sent (empty) when joining and after every revocation.
+        """
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        instance_id: _builtins.str | None = ...,
+        rebalance_timeout_ms: _builtins.int | None = ...,
+        url: _builtins.str | None = ...,
+        client_assignors: _common_pb2.ClientAssignorList | None = ...,
+        server_assignor: _builtins.str | None = ...,
+        owned: _common_pb2.ConnectorsAndTasks | None = ...,
+        client_id: _builtins.str | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_server_assignor", b"_server_assignor", "_url", b"_url", "client_assignors", b"client_assignors", "client_id", b"client_id", "instance_id", b"instance_id", "owned", b"owned", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "url", b"url"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_server_assignor", b"_server_assignor", "_url", b"_url", "client_assignors", b"client_assignors", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "owned", b"owned", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__client_id: _TypeAlias = _typing.Literal["client_id"]  # noqa: Y015
+    _WhichOneofArgType__client_id: _TypeAlias = _typing.Literal["_client_id", b"_client_id"]  # noqa: Y015
+    _WhichOneofReturnType__instance_id: _TypeAlias = _typing.Literal["instance_id"]  # noqa: Y015
+    _WhichOneofArgType__instance_id: _TypeAlias = _typing.Literal["_instance_id", b"_instance_id"]  # noqa: Y015
+    _WhichOneofReturnType__rebalance_timeout_ms: _TypeAlias = _typing.Literal["rebalance_timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__rebalance_timeout_ms: _TypeAlias = _typing.Literal["_rebalance_timeout_ms", b"_rebalance_timeout_ms"]  # noqa: Y015
+    _WhichOneofReturnType__server_assignor: _TypeAlias = _typing.Literal["server_assignor"]  # noqa: Y015
+    _WhichOneofArgType__server_assignor: _TypeAlias = _typing.Literal["_server_assignor", b"_server_assignor"]  # noqa: Y015
+    _WhichOneofReturnType__url: _TypeAlias = _typing.Literal["url"]  # noqa: Y015
+    _WhichOneofArgType__url: _TypeAlias = _typing.Literal["_url", b"_url"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__client_id) -> _WhichOneofReturnType__client_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__instance_id) -> _WhichOneofReturnType__instance_id | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rebalance_timeout_ms) -> _WhichOneofReturnType__rebalance_timeout_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__server_assignor) -> _WhichOneofReturnType__server_assignor | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__url) -> _WhichOneofReturnType__url | None: ...
+
+Global___ConnectGroupHeartbeatRequest: _TypeAlias = ConnectGroupHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class ConnectGroupHeartbeatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    """NONE, COMPUTE_ASSIGNMENT, or the reason the heartbeat was refused."""
+    error_message: _builtins.str
+    member_id: _builtins.str
+    member_epoch: _builtins.int
+    heartbeat_interval_ms: _builtins.int
+    session_timeout_ms: _builtins.int
+    @_builtins.property
+    def assignment(self) -> _common_pb2.ConnectorsAndTasks:
+        """The worker's full assignment; absent when unchanged."""
+
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        heartbeat_interval_ms: _builtins.int = ...,
+        assignment: _common_pb2.ConnectorsAndTasks | None = ...,
+        session_timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConnectGroupHeartbeatResponse: _TypeAlias = ConnectGroupHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class PrepareAssignmentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    member_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareAssignmentRequest: _TypeAlias = PrepareAssignmentRequest  # noqa: Y015
+
+@_typing.final
+class AssignableTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic_id: _builtins.str
+    name: _builtins.str
+    num_partitions: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic_id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        num_partitions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "num_partitions", b"num_partitions", "topic_id", b"topic_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AssignableTopic: _TypeAlias = AssignableTopic  # noqa: Y015
+
+@_typing.final
+class AssignableConnector(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    tasks: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        tasks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "tasks", b"tasks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AssignableConnector: _TypeAlias = AssignableConnector  # noqa: Y015
+
+@_typing.final
+class AssignmentMember(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    RACK_ID_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_VERSION_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_REASON_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_METADATA_FIELD_NUMBER: _builtins.int
+    SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    CONNECT_ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    member_epoch: _builtins.int
+    instance_id: _builtins.str
+    rack_id: _builtins.str
+    url: _builtins.str
+    """Connect workers: the worker URL."""
+    assignor_version: _builtins.int
+    """The member's entry for the chosen assignor."""
+    assignor_reason: _builtins.int
+    assignor_metadata: _builtins.bytes
+    @_builtins.property
+    def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Consumer groups: the names of the existing topics the member subscribes
+        to (its regex resolved), and its assignment in the current target.
+        """
+
+    @_builtins.property
+    def assignment(self) -> _common_pb2.Assignment: ...
+    @_builtins.property
+    def connect_assignment(self) -> _common_pb2.ConnectorsAndTasks:
+        """Connect groups: the member's assignment in the current target."""
+
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        instance_id: _builtins.str = ...,
+        rack_id: _builtins.str = ...,
+        url: _builtins.str = ...,
+        assignor_version: _builtins.int = ...,
+        assignor_reason: _builtins.int = ...,
+        assignor_metadata: _builtins.bytes = ...,
+        subscribed_topic_names: _abc.Iterable[_builtins.str] | None = ...,
+        assignment: _common_pb2.Assignment | None = ...,
+        connect_assignment: _common_pb2.ConnectorsAndTasks | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "connect_assignment", b"connect_assignment"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "assignor_metadata", b"assignor_metadata", "assignor_reason", b"assignor_reason", "assignor_version", b"assignor_version", "connect_assignment", b"connect_assignment", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AssignmentMember: _TypeAlias = AssignmentMember  # noqa: Y015
+
+@_typing.final
+class PrepareAssignmentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_NAME_FIELD_NUMBER: _builtins.int
+    GROUP_TYPE_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    CONNECTORS_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_STATE_FIELD_NUMBER: _builtins.int
+    COORDINATOR_TIME_MS_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    group_epoch: _builtins.int
+    """The group epoch to compute for; pass it back to InstallAssignment."""
+    assignor_name: _builtins.str
+    """The client-side assignor the group uses."""
+    group_type: _builtins.str
+    """"consumer" or "connect"."""
+    assignor_state: _builtins.bytes
+    """What the previous InstallAssignment left for the next computation."""
+    coordinator_time_ms: _builtins.int
+    """The coordinator's clock (epoch milliseconds), for assignors that delay work."""
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___AssignmentMember]: ...
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___AssignableTopic]:
+        """Consumer groups: the topics the members subscribe to."""
+
+    @_builtins.property
+    def connectors(self) -> _containers.RepeatedCompositeFieldContainer[Global___AssignableConnector]:
+        """Connect groups: the connectors, with their task counts."""
+
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        group_epoch: _builtins.int = ...,
+        assignor_name: _builtins.str = ...,
+        group_type: _builtins.str = ...,
+        members: _abc.Iterable[Global___AssignmentMember] | None = ...,
+        topics: _abc.Iterable[Global___AssignableTopic] | None = ...,
+        connectors: _abc.Iterable[Global___AssignableConnector] | None = ...,
+        assignor_state: _builtins.bytes = ...,
+        coordinator_time_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor_name", b"assignor_name", "assignor_state", b"assignor_state", "connectors", b"connectors", "coordinator_time_ms", b"coordinator_time_ms", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_type", b"group_type", "members", b"members", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrepareAssignmentResponse: _TypeAlias = PrepareAssignmentResponse  # noqa: Y015
+
+@_typing.final
+class InstalledMemberAssignment(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    TOPIC_PARTITIONS_FIELD_NUMBER: _builtins.int
+    CONNECT_ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    @_builtins.property
+    def topic_partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartitions]:
+        """Consumer groups: the member's partitions."""
+
+    @_builtins.property
+    def connect_assignment(self) -> _common_pb2.ConnectorsAndTasks:
+        """Connect groups: the worker's connectors and tasks."""
+
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        topic_partitions: _abc.Iterable[_common_pb2.TopicPartitions] | None = ...,
+        connect_assignment: _common_pb2.ConnectorsAndTasks | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["connect_assignment", b"connect_assignment"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connect_assignment", b"connect_assignment", "member_id", b"member_id", "topic_partitions", b"topic_partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InstalledMemberAssignment: _TypeAlias = InstalledMemberAssignment  # noqa: Y015
+
+@_typing.final
+class InstallAssignmentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    UNASSIGNED_TOPIC_PARTITIONS_FIELD_NUMBER: _builtins.int
+    UNASSIGNED_CONNECT_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_STATE_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    member_epoch: _builtins.int
+    group_epoch: _builtins.int
+    """The group epoch PrepareAssignment returned."""
+    error: _builtins.int
+    """Non-zero when the assignor failed: the current target stays, installed
+    for this group epoch, and DescribeGroups reports the error.
+    """
+    error_message: _builtins.str
+    assignor_state: _builtins.bytes
+    """Opaque state for the next computation (returned by PrepareAssignment)."""
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___InstalledMemberAssignment]: ...
+    @_builtins.property
+    def unassigned_topic_partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartitions]:
+        """Resources the assignor deliberately leaves unassigned for now (the
+        incremental cooperative assignor holds a departed worker's work back).
+        """
+
+    @_builtins.property
+    def unassigned_connect(self) -> _common_pb2.ConnectorsAndTasks: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        group_epoch: _builtins.int = ...,
+        error: _builtins.int = ...,
+        error_message: _builtins.str = ...,
+        members: _abc.Iterable[Global___InstalledMemberAssignment] | None = ...,
+        unassigned_topic_partitions: _abc.Iterable[_common_pb2.TopicPartitions] | None = ...,
+        unassigned_connect: _common_pb2.ConnectorsAndTasks | None = ...,
+        assignor_state: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["unassigned_connect", b"unassigned_connect"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor_state", b"assignor_state", "error", b"error", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "members", b"members", "unassigned_connect", b"unassigned_connect", "unassigned_topic_partitions", b"unassigned_topic_partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InstallAssignmentRequest: _TypeAlias = InstallAssignmentRequest  # noqa: Y015
+
+@_typing.final
+class InstallAssignmentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InstallAssignmentResponse: _TypeAlias = InstallAssignmentResponse  # noqa: Y015

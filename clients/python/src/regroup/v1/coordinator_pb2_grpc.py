@@ -40,6 +40,21 @@ class GroupCoordinatorStub:
                 request_serializer=regroup_dot_v1_dot_coordinator__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
                 response_deserializer=regroup_dot_v1_dot_coordinator__pb2.ConsumerGroupHeartbeatResponse.FromString,
                 _registered_method=True)
+        self.ConnectGroupHeartbeat = channel.unary_unary(
+                '/regroup.v1.GroupCoordinator/ConnectGroupHeartbeat',
+                request_serializer=regroup_dot_v1_dot_coordinator__pb2.ConnectGroupHeartbeatRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_coordinator__pb2.ConnectGroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.PrepareAssignment = channel.unary_unary(
+                '/regroup.v1.GroupCoordinator/PrepareAssignment',
+                request_serializer=regroup_dot_v1_dot_coordinator__pb2.PrepareAssignmentRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_coordinator__pb2.PrepareAssignmentResponse.FromString,
+                _registered_method=True)
+        self.InstallAssignment = channel.unary_unary(
+                '/regroup.v1.GroupCoordinator/InstallAssignment',
+                request_serializer=regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServicer:
@@ -57,6 +72,36 @@ class GroupCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConnectGroupHeartbeat(self, request, context):
+        """Joins, heartbeats in and leaves a Connect group, whose resources are
+        connectors and tasks (see GroupAdmin.PutConnectors). Same epochs, errors,
+        fencing and revoke-then-assign reconciliation as consumer groups.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PrepareAssignment(self, request, context):
+        """Called by the member that got COMPUTE_ASSIGNMENT: returns what its
+        client-side assignor needs. Checks, in order: the group exists
+        (GROUP_ID_NOT_FOUND), the member exists (UNKNOWN_MEMBER_ID), its epoch is
+        current (STALE_MEMBER_EPOCH), it is the member chosen to compute
+        (UNKNOWN_MEMBER_ID).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InstallAssignment(self, request, context):
+        """Installs the target assignment a client-side assignor computed for the
+        group epoch PrepareAssignment returned. Same checks as PrepareAssignment,
+        then INVALID_ASSIGNMENT (nothing changes) unless every resource is
+        assigned exactly once (or explicitly held back) to members of that epoch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -64,6 +109,21 @@ def add_GroupCoordinatorServicer_to_server(servicer, server):
                     servicer.ConsumerGroupHeartbeat,
                     request_deserializer=regroup_dot_v1_dot_coordinator__pb2.ConsumerGroupHeartbeatRequest.FromString,
                     response_serializer=regroup_dot_v1_dot_coordinator__pb2.ConsumerGroupHeartbeatResponse.SerializeToString,
+            ),
+            'ConnectGroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConnectGroupHeartbeat,
+                    request_deserializer=regroup_dot_v1_dot_coordinator__pb2.ConnectGroupHeartbeatRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_coordinator__pb2.ConnectGroupHeartbeatResponse.SerializeToString,
+            ),
+            'PrepareAssignment': grpc.unary_unary_rpc_method_handler(
+                    servicer.PrepareAssignment,
+                    request_deserializer=regroup_dot_v1_dot_coordinator__pb2.PrepareAssignmentRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_coordinator__pb2.PrepareAssignmentResponse.SerializeToString,
+            ),
+            'InstallAssignment': grpc.unary_unary_rpc_method_handler(
+                    servicer.InstallAssignment,
+                    request_deserializer=regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -94,6 +154,87 @@ class GroupCoordinator:
             '/regroup.v1.GroupCoordinator/ConsumerGroupHeartbeat',
             regroup_dot_v1_dot_coordinator__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
             regroup_dot_v1_dot_coordinator__pb2.ConsumerGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConnectGroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupCoordinator/ConnectGroupHeartbeat',
+            regroup_dot_v1_dot_coordinator__pb2.ConnectGroupHeartbeatRequest.SerializeToString,
+            regroup_dot_v1_dot_coordinator__pb2.ConnectGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PrepareAssignment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupCoordinator/PrepareAssignment',
+            regroup_dot_v1_dot_coordinator__pb2.PrepareAssignmentRequest.SerializeToString,
+            regroup_dot_v1_dot_coordinator__pb2.PrepareAssignmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InstallAssignment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupCoordinator/InstallAssignment',
+            regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentRequest.SerializeToString,
+            regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,24 @@ class GroupCoordinatorStub:
     must be revoked, and the revocation acknowledged with the next heartbeat,
     before new ones are handed out.
     """
+    ConnectGroupHeartbeat: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ConnectGroupHeartbeatRequest, _coordinator_pb2.ConnectGroupHeartbeatResponse]
+    """Joins, heartbeats in and leaves a Connect group, whose resources are
+    connectors and tasks (see GroupAdmin.PutConnectors). Same epochs, errors,
+    fencing and revoke-then-assign reconciliation as consumer groups.
+    """
+    PrepareAssignment: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.PrepareAssignmentRequest, _coordinator_pb2.PrepareAssignmentResponse]
+    """Called by the member that got COMPUTE_ASSIGNMENT: returns what its
+    client-side assignor needs. Checks, in order: the group exists
+    (GROUP_ID_NOT_FOUND), the member exists (UNKNOWN_MEMBER_ID), its epoch is
+    current (STALE_MEMBER_EPOCH), it is the member chosen to compute
+    (UNKNOWN_MEMBER_ID).
+    """
+    InstallAssignment: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.InstallAssignmentRequest, _coordinator_pb2.InstallAssignmentResponse]
+    """Installs the target assignment a client-side assignor computed for the
+    group epoch PrepareAssignment returned. Same checks as PrepareAssignment,
+    then INVALID_ASSIGNMENT (nothing changes) unless every resource is
+    assigned exactly once (or explicitly held back) to members of that epoch.
+    """
 
 @_typing.type_check_only
 class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
@@ -52,6 +70,24 @@ class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
     set of partitions the member may own. Partitions missing from that set
     must be revoked, and the revocation acknowledged with the next heartbeat,
     before new ones are handed out.
+    """
+    ConnectGroupHeartbeat: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ConnectGroupHeartbeatRequest, _coordinator_pb2.ConnectGroupHeartbeatResponse]  # type: ignore[assignment]
+    """Joins, heartbeats in and leaves a Connect group, whose resources are
+    connectors and tasks (see GroupAdmin.PutConnectors). Same epochs, errors,
+    fencing and revoke-then-assign reconciliation as consumer groups.
+    """
+    PrepareAssignment: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.PrepareAssignmentRequest, _coordinator_pb2.PrepareAssignmentResponse]  # type: ignore[assignment]
+    """Called by the member that got COMPUTE_ASSIGNMENT: returns what its
+    client-side assignor needs. Checks, in order: the group exists
+    (GROUP_ID_NOT_FOUND), the member exists (UNKNOWN_MEMBER_ID), its epoch is
+    current (STALE_MEMBER_EPOCH), it is the member chosen to compute
+    (UNKNOWN_MEMBER_ID).
+    """
+    InstallAssignment: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.InstallAssignmentRequest, _coordinator_pb2.InstallAssignmentResponse]  # type: ignore[assignment]
+    """Installs the target assignment a client-side assignor computed for the
+    group epoch PrepareAssignment returned. Same checks as PrepareAssignment,
+    then INVALID_ASSIGNMENT (nothing changes) unless every resource is
+    assigned exactly once (or explicitly held back) to members of that epoch.
     """
 
 class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
@@ -68,6 +104,42 @@ class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
         set of partitions the member may own. Partitions missing from that set
         must be revoked, and the revocation acknowledged with the next heartbeat,
         before new ones are handed out.
+        """
+
+    @_abc_1.abstractmethod
+    def ConnectGroupHeartbeat(
+        self,
+        request: _coordinator_pb2.ConnectGroupHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.ConnectGroupHeartbeatResponse, _abc.Awaitable[_coordinator_pb2.ConnectGroupHeartbeatResponse]]:
+        """Joins, heartbeats in and leaves a Connect group, whose resources are
+        connectors and tasks (see GroupAdmin.PutConnectors). Same epochs, errors,
+        fencing and revoke-then-assign reconciliation as consumer groups.
+        """
+
+    @_abc_1.abstractmethod
+    def PrepareAssignment(
+        self,
+        request: _coordinator_pb2.PrepareAssignmentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.PrepareAssignmentResponse, _abc.Awaitable[_coordinator_pb2.PrepareAssignmentResponse]]:
+        """Called by the member that got COMPUTE_ASSIGNMENT: returns what its
+        client-side assignor needs. Checks, in order: the group exists
+        (GROUP_ID_NOT_FOUND), the member exists (UNKNOWN_MEMBER_ID), its epoch is
+        current (STALE_MEMBER_EPOCH), it is the member chosen to compute
+        (UNKNOWN_MEMBER_ID).
+        """
+
+    @_abc_1.abstractmethod
+    def InstallAssignment(
+        self,
+        request: _coordinator_pb2.InstallAssignmentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.InstallAssignmentResponse, _abc.Awaitable[_coordinator_pb2.InstallAssignmentResponse]]:
+        """Installs the target assignment a client-side assignor computed for the
+        group epoch PrepareAssignment returned. Same checks as PrepareAssignment,
+        then INVALID_ASSIGNMENT (nothing changes) unless every resource is
+        assigned exactly once (or explicitly held back) to members of that epoch.
         """
 
 def add_GroupCoordinatorServicer_to_server(servicer: GroupCoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
