@@ -36,6 +36,9 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
     INVALID_REGULAR_EXPRESSION = 128
+    #: Not an error: the member was chosen to compute the target with its client-side assignor.
+    COMPUTE_ASSIGNMENT = 1000
+    INVALID_ASSIGNMENT = 1001
 
 
 class ApiError(Exception):
@@ -86,6 +89,12 @@ class GroupMaxSizeReached(ApiError):
 
 class InvalidRegularExpression(ApiError):
     code = ErrorCode.INVALID_REGULAR_EXPRESSION
+
+
+class InvalidAssignment(ApiError):
+    """An installed client-side assignment breaks an invariant; nothing changed."""
+
+    code = ErrorCode.INVALID_ASSIGNMENT
 
 
 class NonEmptyGroup(ApiError):

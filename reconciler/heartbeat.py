@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
+from .client_assignment import check_assignor_overlap, plan_computation, uses_client_assignors
 from .context import (
     CancelRebalanceTimeout,
     CancelTimeouts,
@@ -36,7 +37,7 @@ from .errors import (
     UnknownMemberId,
     UnreleasedInstanceId,
 )
-from .membership import fence_member_records, throw_if_not_consumer_group
+from .membership import fence_member_records, throw_if_not_group_type
 from .messages import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
 from .model import (
     CONSUMER_GROUP_TYPE,
@@ -98,8 +99,8 @@ def _heartbeat(
     if group is None:
         if req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
             raise GroupIdNotFound(f"Group {req.group_id} not found.")
-        group = Group(req.group_id)
-    throw_if_not_consumer_group(group)
+        group = Group(req.group_id, req.group_type)
+    throw_if_not_group_type(group, req.group_type)
     owned = _resolve_owned(req, ctx.image)
     lookup = (
         _static_member(group, req, ctx) if req.instance_id is not None else _dynamic_member(group, req, ctx)
@@ -122,6 +123,11 @@ def _heartbeat(
     subscription_changed = (lookup.is_new and lookup.replaced is None) or (
         member is not before and not member.same_subscription(before)
     )
+    if subscription_changed:
+        others = [
+            m for mid, m in group.members.items() if mid != member.member_id and mid != before.member_id
+        ]
+        check_assignor_overlap(others, member)
 
     group_epoch = group.group_epoch
     topics: list[Topic] | None = None  # the group's subscribed topics, once computed
@@ -138,7 +144,19 @@ def _heartbeat(
     if lookup.replaced is not None and target:
         records.append(TargetAssignmentMemberRecord(member.member_id, target))
     assignment_epoch = group.assignment_epoch
-    if group_epoch > assignment_epoch and assignment_due(group, ctx) and _cheap_enough(group, topics, ctx):
+    compute_assignment = False
+    if group_epoch > assignment_epoch and (member.client_assignors or before.client_assignors):
+        # Client-side assignment: choose (or keep) the member that computes the
+        # target; that member learns it from this or its next heartbeat.
+        members = dict(group.members)
+        if lookup.replaced is not None:
+            del members[lookup.replaced.member_id]
+        members[member.member_id] = member
+        if uses_client_assignors(members.values()):
+            computation_records, computation = plan_computation(group, members, ctx)
+            records.extend(computation_records)
+            compute_assignment = computation is not None and computation.member_id == member.member_id
+    elif group_epoch > assignment_epoch and assignment_due(group, ctx) and _cheap_enough(group, topics, ctx):
         previous = (before,) if before.member_id in group.members else ()
         assignor = preferred_assignor(
             adjusted_counts(
@@ -196,6 +214,7 @@ def _heartbeat(
         heartbeat_interval_ms=_interval(reconciled, ctx),
         session_timeout_ms=ctx.config.session_timeout_ms,
         assignment=reconciled.assigned if send_assignment else None,
+        compute_assignment=compute_assignment,
     )
     return Result(response, tuple(records), tuple(timers))
 
@@ -305,6 +324,14 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
     timeout = member.rebalance_timeout_ms
     if req.rebalance_timeout_ms is not None and req.rebalance_timeout_ms != -1:
         timeout = req.rebalance_timeout_ms
+    # Server-side and client-side assignors exclude each other: sending one clears the other.
+    server_assignor, client_assignors = member.server_assignor, member.client_assignors
+    if req.client_assignors is not None:
+        client_assignors = req.client_assignors
+        if client_assignors:
+            server_assignor = None
+    if req.server_assignor is not None:
+        server_assignor, client_assignors = req.server_assignor, ()
     merged = replace(
         member,
         instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
@@ -313,8 +340,10 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
         client_host=sys.intern(req.client_host) if req.client_host else member.client_host,
         subscribed_topic_names=names,
         subscribed_topic_regex=regex,
-        server_assignor=req.server_assignor if req.server_assignor is not None else member.server_assignor,
+        server_assignor=server_assignor,
         rebalance_timeout_ms=timeout,
+        client_assignors=client_assignors,
+        url=req.url if req.url is not None else member.url,
     )
     return member if merged.same_metadata(member) else merged
 
@@ -332,6 +361,8 @@ def _sends_nothing_new(member: Member, req: ConsumerGroupHeartbeat) -> bool:
         and (req.client_id is None or req.client_id == member.client_id)
         and (not req.client_host or req.client_host == member.client_host)
         and (req.server_assignor is None or req.server_assignor == member.server_assignor)
+        and (req.client_assignors is None or req.client_assignors == member.client_assignors)
+        and (req.url is None or req.url == member.url)
     )
 
 
@@ -383,6 +414,13 @@ def _cheap_enough(group: Group, topics: list[Topic] | None, ctx: Context) -> boo
 
 
 def _is_full_request(req: ConsumerGroupHeartbeat) -> bool:
+    if req.group_type != CONSUMER_GROUP_TYPE:
+        # Connect workers have no subscription to resend.
+        return req.member_epoch == JOIN_GROUP_MEMBER_EPOCH or (
+            req.rebalance_timeout_ms is not None
+            and req.rebalance_timeout_ms != -1
+            and req.owned_topic_partitions is not None
+        )
     return req.member_epoch == JOIN_GROUP_MEMBER_EPOCH or (
         req.rebalance_timeout_ms is not None
         and req.rebalance_timeout_ms != -1
@@ -396,7 +434,7 @@ def _leave(
 ) -> Result[ConsumerGroupHeartbeatResponse]:
     if group is None:
         raise GroupIdNotFound(f"Group {req.group_id} not found.")
-    throw_if_not_consumer_group(group)
+    throw_if_not_group_type(group, req.group_type)
     if req.instance_id is not None:
         member = _static_member(group, req, ctx).member
     else:

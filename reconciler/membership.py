@@ -11,9 +11,13 @@ from .target_assignment import compute_pending_assignment, next_assignment_ms
 from .topics import TopicsImage
 
 
+def throw_if_not_group_type(group: Group, group_type: str) -> None:
+    if group.group_type != group_type:
+        raise GroupIdNotFound(f"Group {group.group_id} is not a {group_type} group.")
+
+
 def throw_if_not_consumer_group(group: Group) -> None:
-    if group.group_type != "consumer":
-        raise GroupIdNotFound(f"Group {group.group_id} is not a consumer group.")
+    throw_if_not_group_type(group, "consumer")
 
 
 def fence_member_records(group: Group, member_id: str, image: TopicsImage) -> list[Record]:

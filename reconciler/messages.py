@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import Assignment
+from .model import CONSUMER_GROUP_TYPE, Assignment, ClientAssignor
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,11 @@ class ConsumerGroupHeartbeat:
     client_id: str | None = None
     #: The address the request came from, filled in by the shell.
     client_host: str = ""
+    client_assignors: tuple[ClientAssignor, ...] | None = None
+    #: Connect workers: the worker URL.
+    url: str | None = None
+    #: The type of group the request is for (Connect heartbeats arrive as "connect").
+    group_type: str = CONSUMER_GROUP_TYPE
 
 
 @dataclass(slots=True)
@@ -50,3 +55,55 @@ class ConsumerGroupHeartbeatResponse:
     session_timeout_ms: int
     #: The member's full assignment, or None when it did not change.
     assignment: Assignment | None = None
+    #: The member is chosen to compute the target with its client-side assignor.
+    compute_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareAssignment:
+    group_id: str
+    member_id: str
+    member_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentMemberView:
+    """One member as the client-side assignor sees it."""
+
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    url: str
+    assignor: ClientAssignor
+    #: Resolved subscription: ids of the existing topics the member subscribes to.
+    subscribed_topic_ids: frozenset[str]
+    #: The member's current target assignment.
+    target: Assignment
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareAssignmentResponse:
+    group_epoch: int
+    assignor_name: str
+    group_type: str
+    members: tuple[AssignmentMemberView, ...]
+    #: topic id -> partition count, for every topic some member subscribes to.
+    resources: dict[str, int]
+    assignor_state: bytes
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstallAssignment:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    group_epoch: int
+    error: int
+    error_message: str
+    #: member id -> its assignment (topic id -> partitions); repeats are kept
+    #: apart so that a member listed twice can be refused.
+    members: tuple[tuple[str, Assignment], ...]
+    unassigned: Assignment
+    assignor_state: bytes

@@ -24,6 +24,7 @@ LEAVE_GROUP_MEMBER_EPOCH = -1
 JOIN_GROUP_MEMBER_EPOCH = 0
 
 CONSUMER_GROUP_TYPE = "consumer"
+CONNECT_GROUP_TYPE = "connect"
 
 
 class MemberState(IntEnum):
@@ -132,6 +133,18 @@ def iter_partitions(a: Assignment) -> Iterator[tuple[str, int]]:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientAssignor:
+    """A client-side assignor a member supports (KIP-848's Assignor data model)."""
+
+    name: str
+    minimum_version: int
+    maximum_version: int
+    reason: int = 0
+    version: int = 0
+    metadata: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class Member:
     """A member: its subscription (metadata) and its current assignment.
 
@@ -157,6 +170,10 @@ class Member:
     assigned: Assignment = field(default_factory=dict)
     #: Partitions the member was asked to revoke and has not released yet.
     pending_revocation: Assignment = field(default_factory=dict)
+    #: Client-side assignors in the member's order of preference (empty: server-side).
+    client_assignors: tuple[ClientAssignor, ...] = ()
+    #: Connect workers: the worker URL.
+    url: str = ""
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch
@@ -171,12 +188,18 @@ class Member:
             and self.subscribed_topic_regex == other.subscribed_topic_regex
             and self.server_assignor == other.server_assignor
             and self.rebalance_timeout_ms == other.rebalance_timeout_ms
+            and self.client_assignors == other.client_assignors
+            and self.url == other.url
         )
 
     def same_subscription(self, other: Member) -> bool:
+        """Whether the inputs of the assignment are unchanged (a change bumps the
+        group epoch): the subscription, and the client-side assignors with their
+        versions, reasons and metadata."""
         return (
             self.subscribed_topic_names == other.subscribed_topic_names
             and self.subscribed_topic_regex == other.subscribed_topic_regex
+            and self.client_assignors == other.client_assignors
         )
 
     def same_current_assignment(self, other: Member) -> bool:
@@ -205,6 +228,9 @@ class Group:
         "_regex_counts",
         "_topic_name_counts",
         "assignment_epoch",
+        "assignment_error",
+        "assignor_state",
+        "computation",
         "group_epoch",
         "group_id",
         "group_type",
@@ -226,6 +252,13 @@ class Group:
         self.members: dict[str, Member] = {}
         #: The target assignment, per member id.
         self.target: dict[str, Assignment] = {}
+        #: Client-side assignment: what the last installation left for the next
+        #: computation, and the last computation error (both stored).
+        self.assignor_state = b""
+        self.assignment_error = ""
+        #: The client-side computation under way (soft state, never stored: a
+        #: restarted coordinator simply chooses again).
+        self.computation: Computation | None = None
         self._instance_index: dict[str, str] = {}
         #: topic id -> partition -> epoch of the member that owns it.
         #: topic id -> list indexed by partition of the owner's epoch (-1 when free):
@@ -335,6 +368,31 @@ class Group:
                 for partition in partitions:
                     epochs[partition] = epoch
                 self._owned_counts[topic_id] += len(partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSnapshot:
+    """What PrepareAssignment gave the chosen member: the installation is checked against it."""
+
+    group_epoch: int
+    assignor_name: str
+    #: member id -> the resource ids (topic ids) it may be given.
+    eligible: Mapping[str, frozenset[str]]
+    #: resource id (topic id) -> count of assignable units (partitions).
+    resources: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Computation:
+    """A client-side target computation: who computes, until when, for which epoch."""
+
+    member_id: str
+    assignor_name: str
+    #: After this, another member is chosen (the chosen member's rebalance timeout).
+    deadline_ms: int
+    #: Members that let a computation time out, tried last.
+    timed_out: frozenset[str] = frozenset()
+    prepared: PreparedSnapshot | None = None
 
 
 class IllegalStateError(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import Assignment, Member, MemberState
+from .model import Assignment, ClientAssignor, Computation, Member, MemberState
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,8 @@ class MemberMetadataRecord:
     subscribed_topic_regex: str | None
     server_assignor: str | None
     rebalance_timeout_ms: int
+    client_assignors: tuple[ClientAssignor, ...] = ()
+    url: str = ""
 
     @classmethod
     def of(cls, member: Member) -> MemberMetadataRecord:
@@ -52,6 +54,8 @@ class MemberMetadataRecord:
             subscribed_topic_regex=member.subscribed_topic_regex,
             server_assignor=member.server_assignor,
             rebalance_timeout_ms=member.rebalance_timeout_ms,
+            client_assignors=member.client_assignors,
+            url=member.url,
         )
 
 
@@ -113,6 +117,22 @@ class CurrentAssignmentTombstone:
     member_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class AssignorStateRecord:
+    """Client-side assignment: the state the last installation left, and the
+    last computation error ("" when it succeeded)."""
+
+    state: bytes
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ComputationRecord:
+    """Soft state, never stored: the client-side computation under way (None: none)."""
+
+    computation: Computation | None
+
+
 Record = (
     GroupMetadataRecord
     | GroupTombstone
@@ -123,7 +143,12 @@ Record = (
     | TargetAssignmentEpochRecord
     | CurrentAssignmentRecord
     | CurrentAssignmentTombstone
+    | AssignorStateRecord
+    | ComputationRecord
 )
+
+#: Records the store skips: they only change memory.
+SOFT_RECORDS = (ComputationRecord,)
 
 
 def member_removal_records(member_id: str) -> list[Record]:

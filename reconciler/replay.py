@@ -11,6 +11,8 @@ from dataclasses import replace
 
 from .model import EMPTY_ASSIGNMENT, Assignment, Group, IllegalStateError, Member, MemberState
 from .records import (
+    AssignorStateRecord,
+    ComputationRecord,
     CurrentAssignmentRecord,
     CurrentAssignmentTombstone,
     GroupMetadataRecord,
@@ -73,6 +75,11 @@ def replay(group: Group, record: Record) -> None:
                     assigned={},
                     pending_revocation={},
                 )
+        case AssignorStateRecord():
+            group.assignor_state = record.state
+            group.assignment_error = record.error
+        case ComputationRecord():
+            group.computation = record.computation
         case GroupTombstone():
             raise IllegalStateError("A group tombstone is applied by replay_all.")
 
@@ -90,6 +97,8 @@ def _replay_member_metadata(group: Group, record: MemberMetadataRecord) -> None:
         subscribed_topic_regex=record.subscribed_topic_regex,
         server_assignor=record.server_assignor,
         rebalance_timeout_ms=record.rebalance_timeout_ms,
+        client_assignors=record.client_assignors,
+        url=record.url,
     )
     if old is not None:
         group._index_metadata(old, -1)
@@ -141,3 +150,6 @@ def _remove_member(group: Group, member_id: str) -> None:
     group._release_partitions(member)
     group._index_metadata(member, -1)
     group.target.pop(member_id, None)
+    if group.computation is not None and group.computation.member_id == member_id:
+        # The chosen member left: the next heartbeat chooses another.
+        group.computation = None

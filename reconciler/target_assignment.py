@@ -108,6 +108,8 @@ def compute_pending_assignment(group: Group, ctx: Context) -> list[Record]:
     """The target for a group whose epoch moved ahead of it (the batching timer's job)."""
     if group.group_epoch <= group.assignment_epoch:
         return []
+    if any(m.client_assignors for m in group.members.values()):
+        return []  # a member computes this group's target (client_assignment.py)
     assignor = preferred_assignor(group.server_assignor_counts(), ctx.config)
     records, _ = compute_target_assignment(
         group.members, group.target, ctx.image, assignor, ctx.config, group.group_epoch, ctx.now_ms

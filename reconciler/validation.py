@@ -9,7 +9,7 @@ from __future__ import annotations
 from .context import GroupConfig
 from .errors import InvalidRequest, UnsupportedAssignor
 from .messages import ConsumerGroupHeartbeat
-from .model import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH
+from .model import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ClientAssignor
 from .subscription import compile_regex
 from .topics import MAX_TOPIC_NAME_LENGTH
 
@@ -76,6 +76,54 @@ def validate_consumer_group_heartbeat(req: ConsumerGroupHeartbeat, config: Group
         )
     if req.subscribed_topic_regex:
         compile_regex(req.subscribed_topic_regex)
+    validate_client_assignors(req.client_assignors, req.server_assignor)
+
+
+#: int8 in Kafka's schema.
+MIN_REASON, MAX_REASON = -128, 127
+MAX_CLIENT_ASSIGNORS = 16
+MAX_ASSIGNOR_METADATA_BYTES = 1 << 20
+
+
+def validate_client_assignors(
+    assignors: tuple[ClientAssignor, ...] | None, server_assignor: str | None
+) -> None:
+    """The seed's rules for client-side assignors (KIP-848 for Connect)."""
+    if assignors is None:
+        return
+    if server_assignor is not None and assignors:
+        raise InvalidRequest("ServerAssignor and ClientAssignors cannot be used together.")
+    if len(assignors) > MAX_CLIENT_ASSIGNORS:
+        raise InvalidRequest(
+            f"ClientAssignors lists {len(assignors)} assignors; at most {MAX_CLIENT_ASSIGNORS}."
+        )
+    seen: set[str] = set()
+    for a in assignors:
+        if not a.name:
+            raise InvalidRequest("ClientAssignors contains an assignor with an empty name.")
+        validate_id("ClientAssignors.name", a.name)
+        if a.name in seen:
+            raise InvalidRequest(f"ClientAssignors lists assignor {a.name} twice.")
+        seen.add(a.name)
+        if a.minimum_version < -1:
+            raise InvalidRequest(f"Assignor {a.name}: MinimumVersion must be >= -1, got {a.minimum_version}.")
+        if a.maximum_version < 0 or a.maximum_version < a.minimum_version:
+            raise InvalidRequest(
+                f"Assignor {a.name}: MaximumVersion must be >= 0 and >= MinimumVersion "
+                f"({a.minimum_version}), got {a.maximum_version}."
+            )
+        if not a.minimum_version <= a.version <= a.maximum_version:
+            raise InvalidRequest(
+                f"Assignor {a.name}: Version {a.version} is outside "
+                f"[{a.minimum_version}, {a.maximum_version}]."
+            )
+        if not MIN_REASON <= a.reason <= MAX_REASON:
+            raise InvalidRequest(f"Assignor {a.name}: Reason must be an int8, got {a.reason}.")
+        if len(a.metadata) > MAX_ASSIGNOR_METADATA_BYTES:
+            raise InvalidRequest(
+                f"Assignor {a.name}: Metadata is {len(a.metadata)} bytes; "
+                f"at most {MAX_ASSIGNOR_METADATA_BYTES}."
+            )
 
 
 def _validate_subscription(req: ConsumerGroupHeartbeat) -> None:

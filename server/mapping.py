@@ -13,8 +13,11 @@ from regroup.reconciler import (
     OwnedTopicPartitions,
     TopicsImage,
 )
+from regroup.reconciler.client_assignment import choose_assignor, uses_client_assignors
+from regroup.reconciler.connect import CONNECT_SUBSCRIPTION, from_connect, to_connect
 from regroup.reconciler.context import GroupConfig
-from regroup.reconciler.model import Member
+from regroup.reconciler.messages import InstallAssignment, PrepareAssignmentResponse
+from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Member, make_assignment
 from regroup.reconciler.target_assignment import preferred_assignor
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
@@ -57,6 +60,173 @@ def heartbeat_from_pb(
         owned_topic_partitions=owned,
         client_id=req.client_id if req.HasField("client_id") else None,
         client_host=client_host,
+        client_assignors=client_assignors_from_pb(req),
+    )
+
+
+def client_assignors_from_pb(
+    req: coordinator_pb2.ConsumerGroupHeartbeatRequest | coordinator_pb2.ConnectGroupHeartbeatRequest,
+) -> tuple[ClientAssignor, ...] | None:
+    if not req.HasField("client_assignors"):
+        return None
+    return tuple(
+        ClientAssignor(
+            name=a.name,
+            minimum_version=a.minimum_version,
+            maximum_version=a.maximum_version,
+            reason=a.reason,
+            version=a.version,
+            metadata=a.metadata,
+        )
+        for a in req.client_assignors.assignors
+    )
+
+
+def client_assignor_pb(a: ClientAssignor) -> common_pb2.ClientAssignor:
+    return common_pb2.ClientAssignor(
+        name=a.name,
+        minimum_version=a.minimum_version,
+        maximum_version=a.maximum_version,
+        reason=a.reason,
+        version=a.version,
+        metadata=a.metadata,
+    )
+
+
+def connect_heartbeat_from_pb(
+    req: coordinator_pb2.ConnectGroupHeartbeatRequest, client_host: str
+) -> ConsumerGroupHeartbeat:
+    """A Connect heartbeat as the engine's heartbeat of a "connect" group: every
+    worker subscribes to all connectors; connectors and tasks are resource units."""
+    owned = None
+    if req.HasField("owned"):
+        units = from_connect(req.owned.connectors, ((t.connector, t.task) for t in req.owned.tasks))
+        owned = tuple(OwnedTopicPartitions(c, "", tuple(sorted(p))) for c, p in sorted(units.items()))
+    return ConsumerGroupHeartbeat(
+        group_id=req.group_id,
+        member_id=req.member_id,
+        member_epoch=req.member_epoch,
+        instance_id=req.instance_id if req.HasField("instance_id") else None,
+        rebalance_timeout_ms=req.rebalance_timeout_ms if req.HasField("rebalance_timeout_ms") else None,
+        subscribed_topic_regex=CONNECT_SUBSCRIPTION if req.member_epoch == 0 else None,
+        server_assignor=req.server_assignor if req.HasField("server_assignor") else None,
+        owned_topic_partitions=owned,
+        client_id=req.client_id if req.HasField("client_id") else None,
+        client_host=client_host,
+        client_assignors=client_assignors_from_pb(req),
+        url=req.url if req.HasField("url") else None,
+        group_type=CONNECT_GROUP_TYPE,
+    )
+
+
+def connect_pb(assignment: Assignment) -> common_pb2.ConnectorsAndTasks:
+    connectors, tasks = to_connect(assignment)
+    return common_pb2.ConnectorsAndTasks(
+        connectors=connectors, tasks=[common_pb2.ConnectorTaskId(connector=c, task=t) for c, t in tasks]
+    )
+
+
+def connect_heartbeat_to_pb(
+    resp: ConsumerGroupHeartbeatResponse,
+) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
+    out = coordinator_pb2.ConnectGroupHeartbeatResponse(
+        member_id=resp.member_id,
+        member_epoch=resp.member_epoch,
+        heartbeat_interval_ms=resp.heartbeat_interval_ms,
+        session_timeout_ms=resp.session_timeout_ms,
+    )
+    if resp.compute_assignment:
+        out.error_code = error_code_pb(ErrorCode.COMPUTE_ASSIGNMENT)
+        out.error_message = "This member was chosen to compute the group's target assignment."
+    if resp.assignment is not None:
+        out.assignment.CopyFrom(connect_pb(resp.assignment))
+    return out
+
+
+def prepare_to_pb(
+    resp: PrepareAssignmentResponse, image: TopicsImage
+) -> coordinator_pb2.PrepareAssignmentResponse:
+    connect = resp.group_type == CONNECT_GROUP_TYPE
+    members = []
+    for m in resp.members:
+        view = coordinator_pb2.AssignmentMember(
+            member_id=m.member_id,
+            member_epoch=m.member_epoch,
+            instance_id=m.instance_id or "",
+            rack_id=m.rack_id or "",
+            url=m.url,
+            assignor_version=m.assignor.version,
+            assignor_reason=m.assignor.reason,
+            assignor_metadata=m.assignor.metadata,
+        )
+        if connect:
+            view.connect_assignment.CopyFrom(connect_pb(m.target))
+        else:
+            view.subscribed_topic_names.extend(sorted(image.name_of(t) for t in m.subscribed_topic_ids))
+            view.assignment.CopyFrom(assignment_pb(m.target, image))
+        members.append(view)
+    out = coordinator_pb2.PrepareAssignmentResponse(
+        group_epoch=resp.group_epoch,
+        assignor_name=resp.assignor_name,
+        group_type=resp.group_type,
+        members=members,
+        assignor_state=resp.assignor_state,
+        coordinator_time_ms=resp.now_ms,
+    )
+    if connect:
+        out.connectors.extend(
+            coordinator_pb2.AssignableConnector(name=c, tasks=n - 1)
+            for c, n in sorted(resp.resources.items())
+        )
+    else:
+        out.topics.extend(
+            coordinator_pb2.AssignableTopic(topic_id=t, name=image.name_of(t), num_partitions=n)
+            for t, n in sorted(resp.resources.items(), key=lambda item: image.name_of(item[0]))
+        )
+    return out
+
+
+def _topic_units(entries: Iterable[common_pb2.TopicPartitions], image: TopicsImage) -> Assignment:
+    pairs = []
+    for e in entries:
+        topic_id = e.topic_id
+        if not topic_id:
+            topic = image.by_name.get(e.topic_name)
+            topic_id = topic.topic_id if topic is not None else f"unknown-topic-name:{e.topic_name}"
+        pairs.append((topic_id, tuple(e.partitions)))
+    return make_assignment(pairs)
+
+
+def _connect_units(value: common_pb2.ConnectorsAndTasks) -> Assignment:
+    return from_connect(value.connectors, ((t.connector, t.task) for t in value.tasks))
+
+
+def install_from_pb(
+    req: coordinator_pb2.InstallAssignmentRequest, image: TopicsImage, group_type: str
+) -> InstallAssignment:
+    connect = group_type == CONNECT_GROUP_TYPE
+    members = tuple(
+        (
+            m.member_id,
+            _connect_units(m.connect_assignment) if connect else _topic_units(m.topic_partitions, image),
+        )
+        for m in req.members
+    )
+    unassigned = (
+        _connect_units(req.unassigned_connect)
+        if connect
+        else _topic_units(req.unassigned_topic_partitions, image)
+    )
+    return InstallAssignment(
+        group_id=req.group_id,
+        member_id=req.member_id,
+        member_epoch=req.member_epoch,
+        group_epoch=req.group_epoch,
+        error=req.error,
+        error_message=req.error_message,
+        members=members,
+        unassigned=unassigned,
+        assignor_state=req.assignor_state,
     )
 
 
@@ -82,12 +252,32 @@ def heartbeat_to_pb(
         heartbeat_interval_ms=resp.heartbeat_interval_ms,
         session_timeout_ms=resp.session_timeout_ms,
     )
+    if resp.compute_assignment:
+        out.error_code = error_code_pb(ErrorCode.COMPUTE_ASSIGNMENT)
+        out.error_message = "This member was chosen to compute the group's target assignment."
     if resp.assignment is not None:
         out.assignment.CopyFrom(assignment_pb(resp.assignment, image))
     return out
 
 
 def member_pb(group: Group, member: Member, image: TopicsImage) -> admin_pb2.DescribedMember:
+    if group.group_type == CONNECT_GROUP_TYPE:
+        return admin_pb2.DescribedMember(
+            member_id=member.member_id,
+            instance_id=member.instance_id or "",
+            member_epoch=member.member_epoch,
+            previous_member_epoch=member.previous_member_epoch,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            member_state=member.state.name,
+            rebalance_timeout_ms=member.rebalance_timeout_ms,
+            server_assignor=member.server_assignor or "",
+            client_assignors=[client_assignor_pb(a) for a in member.client_assignors],
+            url=member.url,
+            connect_assignment=connect_pb(member.assigned),
+            connect_target_assignment=connect_pb(group.target_of(member.member_id)),
+            connect_pending_revocation=connect_pb(member.pending_revocation),
+        )
     return admin_pb2.DescribedMember(
         member_id=member.member_id,
         instance_id=member.instance_id or "",
@@ -104,19 +294,33 @@ def member_pb(group: Group, member: Member, image: TopicsImage) -> admin_pb2.Des
         member_state=member.state.name,
         rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor or "",
+        client_assignors=[client_assignor_pb(a) for a in member.client_assignors],
     )
 
 
 def group_pb(group: Group, image: TopicsImage, config: GroupConfig) -> admin_pb2.DescribedGroup:
-    return admin_pb2.DescribedGroup(
+    members = list(group.members.values())
+    if uses_client_assignors(members):
+        assignor = choose_assignor(members) or ""
+    else:
+        assignor = preferred_assignor(group.server_assignor_counts(), config)
+    out = admin_pb2.DescribedGroup(
         group_id=group.group_id,
         group_type=group.group_type,
         group_state=group.state().value,
         group_epoch=group.group_epoch,
         assignment_epoch=group.assignment_epoch,
-        assignor_name=preferred_assignor(group.server_assignor_counts(), config),
+        assignor_name=assignor,
         members=[member_pb(group, m, image) for _, m in sorted(group.members.items())],
+        computing_member_id=group.computation.member_id if group.computation is not None else "",
+        assignment_error=group.assignment_error,
     )
+    if group.group_type == CONNECT_GROUP_TYPE:
+        out.connectors.extend(
+            admin_pb2.ConnectorConfig(name=t.name, tasks=t.num_partitions - 1)
+            for t in sorted(image.by_id.values(), key=lambda t: t.name)
+        )
+    return out
 
 
 def topic_description_pb(

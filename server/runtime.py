@@ -44,6 +44,8 @@ from regroup.reconciler import (
     refresh_metadata,
     replay_all,
 )
+from regroup.reconciler.client_assignment import install_assignment, prepare_assignment
+from regroup.reconciler.connect import connectors_image, put_connectors, validate_connectors
 from regroup.reconciler.errors import (
     CoordinatorNotAvailable,
     GroupIdNotFound,
@@ -51,6 +53,8 @@ from regroup.reconciler.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from regroup.reconciler.messages import InstallAssignment, PrepareAssignment, PrepareAssignmentResponse
+from regroup.reconciler.model import CONNECT_GROUP_TYPE
 from regroup.reconciler.records import (
     CurrentAssignmentRecord,
     GroupMetadataRecord,
@@ -120,6 +124,10 @@ class Coordinator:
         self.clock = clock
         self.groups: dict[str, Group] = {}
         self.image = TopicsImage()
+        #: Connect groups: connectors and task counts per group, and the
+        #: resource image built from them (the consumer groups' topics' analogue).
+        self.connectors: dict[str, dict[str, int]] = {}
+        self._connect_images: dict[str, TopicsImage] = {}
         self.timers = TimerQueue()
         self._run_timers = run_timers
         self._locks = _KeyedLocks()
@@ -135,6 +143,8 @@ class Coordinator:
         """Loads every group and topic, re-arms timers, then serves."""
         owner_epoch = await self.store.claim_ownership()
         self.image = TopicsImage(await self.store.load_topics(), version=1)
+        self.connectors = await self.store.load_connectors()
+        self._connect_images.clear()
         self.groups = await self.store.load_groups()
         now = self.clock.now_ms()
         for group in self.groups.values():
@@ -174,8 +184,27 @@ class Coordinator:
 
     # -- the write path ----------------------------------------------------------
 
+    def image_for(self, group_id: str, group_type: str | None = None) -> TopicsImage:
+        """The resources a group's members share: topics, or a Connect group's connectors."""
+        if group_type is None:
+            group = self.groups.get(group_id)
+            group_type = None if group is None else group.group_type
+        if group_type != CONNECT_GROUP_TYPE:
+            return self.image
+        image = self._connect_images.get(group_id)
+        if image is None:
+            image = self._connect_images[group_id] = connectors_image(self.connectors.get(group_id, {}))
+        return image
+
     async def run(
-        self, group_id: str, op: Operation[T], *, cause: str, new_member_id: str = "", offload: bool = False
+        self,
+        group_id: str,
+        op: Operation[T],
+        *,
+        cause: str,
+        new_member_id: str = "",
+        offload: bool = False,
+        group_type: str | None = None,
     ) -> T:
         """Runs `op` on the group under its lock; stores and replays its records.
 
@@ -186,17 +215,24 @@ class Coordinator:
         lock = self._locks.take(group_id)
         try:
             async with lock:
-                return await self._run_locked(group_id, op, cause, new_member_id, offload)
+                return await self._run_locked(group_id, op, cause, new_member_id, offload, group_type)
         finally:
             self._locks.give_back(group_id)
 
     async def _run_locked(
-        self, group_id: str, op: Operation[T], cause: str, new_member_id: str, offload: bool
+        self,
+        group_id: str,
+        op: Operation[T],
+        cause: str,
+        new_member_id: str,
+        offload: bool,
+        group_type: str | None = None,
     ) -> T:
         """Runs `op` with the group's lock held."""
         group = await self._current_group(group_id)
+        image = self.image_for(group_id, group.group_type if group is not None else group_type)
         ctx = Context(
-            now_ms=self.clock.now_ms(), config=self.config, image=self.image, new_member_id=new_member_id
+            now_ms=self.clock.now_ms(), config=self.config, image=image, new_member_id=new_member_id
         )
         write: PreparedWrite | None = None
         if offload:
@@ -278,7 +314,59 @@ class Coordinator:
         def op(group: Group | None, ctx: Context) -> Result[ConsumerGroupHeartbeatResponse]:
             return consumer_group_heartbeat(group, req, ctx)
 
-        return await self.run(req.group_id, op, cause=cause, new_member_id=new_member_id)
+        return await self.run(
+            req.group_id, op, cause=cause, new_member_id=new_member_id, group_type=req.group_type
+        )
+
+    async def prepare_assignment(self, req: PrepareAssignment) -> PrepareAssignmentResponse:
+        def op(group: Group | None, ctx: Context) -> Result[PrepareAssignmentResponse]:
+            return prepare_assignment(group, req, ctx)
+
+        return await self.run(req.group_id, op, cause="prepare_assignment")
+
+    async def install_assignment(self, req: InstallAssignment) -> None:
+        def op(group: Group | None, ctx: Context) -> Result[None]:
+            return install_assignment(group, req, ctx)
+
+        await self.run(req.group_id, op, cause="install_assignment")
+
+    async def put_connectors(self, group_id: str, connectors: Sequence[tuple[str, int]]) -> int:
+        """Sets a Connect group's connectors; returns the group epoch afterwards."""
+        wanted = validate_connectors(connectors)
+        lock = self._locks.take(group_id)
+        try:
+            async with lock:
+                group = await self._current_group(group_id)
+                if group is not None and group.group_type != CONNECT_GROUP_TYPE:
+                    raise GroupIdNotFound(f"Group {group_id} is not a connect group.")
+                if wanted != self.connectors.get(group_id, {}):
+                    await self._store_connectors(group_id, wanted)
+                return await self._run_locked(
+                    group_id,
+                    lambda g, ctx: put_connectors(g, ctx),
+                    "connectors_changed",
+                    "",
+                    False,
+                    "connect",
+                )
+        finally:
+            self._locks.give_back(group_id)
+
+    async def _store_connectors(self, group_id: str, connectors: dict[str, int]) -> None:
+        try:
+            await self.store.put_connectors(group_id, connectors)
+        except StoreUnavailable as e:
+            self._stale.add(group_id)
+            raise _store_error(e) from e
+        except NotOwner as e:
+            self._stale.add(group_id)
+            raise NotCoordinator(str(e)) from e
+        if connectors:
+            self.connectors[group_id] = connectors
+        else:
+            self.connectors.pop(group_id, None)
+        self._connect_images.pop(group_id, None)
+        self.log.info("connectors_changed", group_id=group_id, connectors=len(connectors))
 
     async def delete_group(self, group_id: str) -> None:
         def op(group: Group | None, ctx: Context) -> Result[None]:
@@ -287,6 +375,9 @@ class Coordinator:
             return delete_group(group)
 
         await self.run(group_id, op, cause="delete")
+        # The store deleted the group's connectors with it.
+        self.connectors.pop(group_id, None)
+        self._connect_images.pop(group_id, None)
 
     async def refresh_groups(self, topic_names: Collection[str] | None = None) -> None:
         """Bumps the epoch of every group whose subscribed topics changed.
@@ -301,7 +392,10 @@ class Coordinator:
 
         groups = [g for g in self.groups.values() if g.members]
         if topic_names is not None:
-            groups = [g for g in groups if subscribes_to_any(g, topic_names)]
+            # Connect groups share connectors, not topics.
+            groups = [
+                g for g in groups if g.group_type != CONNECT_GROUP_TYPE and subscribes_to_any(g, topic_names)
+            ]
         for group_id in [g.group_id for g in groups]:
             try:
                 await self.run(group_id, op, cause="metadata_refresh")

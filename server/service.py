@@ -15,6 +15,7 @@ import structlog
 
 from regroup.reconciler import ApiError, ErrorCode
 from regroup.reconciler.errors import GroupIdNotFound
+from regroup.reconciler.messages import PrepareAssignment
 from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
 from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
@@ -70,23 +71,47 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
             )
         return mapping.heartbeat_to_pb(response, self._coordinator.image)
 
+    @internal_errors
     async def ConnectGroupHeartbeat(
         self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: Ctx
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ConnectGroupHeartbeat is not implemented yet.")
-        raise AssertionError("unreachable")
+        host = mapping.peer_host(context.peer()) if request.member_epoch == 0 else ""
+        try:
+            response = await self._coordinator.consumer_group_heartbeat(
+                mapping.connect_heartbeat_from_pb(request, host)
+            )
+        except ApiError as e:
+            return coordinator_pb2.ConnectGroupHeartbeatResponse(
+                error_code=mapping.error_code_pb(e.code), error_message=e.message, member_id=request.member_id
+            )
+        return mapping.connect_heartbeat_to_pb(response)
 
+    @internal_errors
     async def PrepareAssignment(
         self, request: coordinator_pb2.PrepareAssignmentRequest, context: Ctx
     ) -> coordinator_pb2.PrepareAssignmentResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PrepareAssignment is not implemented yet.")
-        raise AssertionError("unreachable")
+        try:
+            response = await self._coordinator.prepare_assignment(
+                PrepareAssignment(request.group_id, request.member_id, request.member_epoch)
+            )
+        except ApiError as e:
+            return coordinator_pb2.PrepareAssignmentResponse(**_error_fields(e))
+        return mapping.prepare_to_pb(response, self._coordinator.image_for(request.group_id))
 
+    @internal_errors
     async def InstallAssignment(
         self, request: coordinator_pb2.InstallAssignmentRequest, context: Ctx
     ) -> coordinator_pb2.InstallAssignmentResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "InstallAssignment is not implemented yet.")
-        raise AssertionError("unreachable")
+        coordinator = self._coordinator
+        group = coordinator.groups.get(request.group_id)
+        group_type = group.group_type if group is not None else "consumer"
+        try:
+            await coordinator.install_assignment(
+                mapping.install_from_pb(request, coordinator.image_for(request.group_id), group_type)
+            )
+        except ApiError as e:
+            return coordinator_pb2.InstallAssignmentResponse(**_error_fields(e))
+        return coordinator_pb2.InstallAssignmentResponse()
 
 
 def _error_fields(e: ApiError) -> dict[str, Any]:
@@ -203,7 +228,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
                     )
                 )
             else:
-                out.append(mapping.group_pb(group, coordinator.image, coordinator.config))
+                out.append(mapping.group_pb(group, coordinator.image_for(group_id), coordinator.config))
         return admin_pb2.DescribeGroupsResponse(groups=out)
 
     @internal_errors
@@ -222,11 +247,18 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
                 )
         return admin_pb2.DeleteGroupsResponse(results=results)
 
+    @internal_errors
     async def PutConnectors(
         self, request: admin_pb2.PutConnectorsRequest, context: Ctx
     ) -> admin_pb2.PutConnectorsResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PutConnectors is not implemented yet.")
-        raise AssertionError("unreachable")
+        try:
+            validate_group_id(request.group_id)
+            epoch = await self._coordinator.put_connectors(
+                request.group_id, [(c.name, c.tasks) for c in request.connectors]
+            )
+        except ApiError as e:
+            return admin_pb2.PutConnectorsResponse(**_error_fields(e))
+        return admin_pb2.PutConnectorsResponse(group_epoch=epoch)
 
 
 def _group_error(group_id: str) -> ApiError:

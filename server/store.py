@@ -7,6 +7,7 @@ coalesced per row first, so a transaction writes each row at most once.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import uuid
@@ -17,8 +18,9 @@ from typing import Any, TypeAlias
 import asyncpg
 
 from regroup.reconciler import Group, Record, Topic, replay_all
-from regroup.reconciler.model import Assignment, MemberState
+from regroup.reconciler.model import Assignment, ClientAssignor, MemberState
 from regroup.reconciler.records import (
+    AssignorStateRecord,
     CurrentAssignmentRecord,
     CurrentAssignmentTombstone,
     GroupMetadataRecord,
@@ -52,12 +54,46 @@ def decode_assignment(value: str | dict[str, list[int]]) -> Assignment:
     return {t: frozenset(p) for t, p in raw.items() if p}
 
 
+def encode_client_assignors(assignors: tuple[ClientAssignor, ...]) -> str:
+    return json.dumps(
+        [
+            {
+                "name": a.name,
+                "minimum_version": a.minimum_version,
+                "maximum_version": a.maximum_version,
+                "reason": a.reason,
+                "version": a.version,
+                "metadata": base64.b64encode(a.metadata).decode(),
+            }
+            for a in assignors
+        ],
+        separators=(",", ":"),
+    )
+
+
+def decode_client_assignors(value: str | list[dict[str, Any]]) -> tuple[ClientAssignor, ...]:
+    raw = json.loads(value) if isinstance(value, str) else value
+    return tuple(
+        ClientAssignor(
+            name=a["name"],
+            minimum_version=a["minimum_version"],
+            maximum_version=a["maximum_version"],
+            reason=a["reason"],
+            version=a["version"],
+            metadata=base64.b64decode(a["metadata"]),
+        )
+        for a in raw
+    )
+
+
 @dataclass
 class _GroupRow:
     group_type: str | None = None
     group_epoch: int | None = None
     metadata_hash: int | None = None
     assignment_epoch: int | None = None
+    assignor_state: bytes | None = None
+    assignment_error: str | None = None
 
 
 @dataclass
@@ -92,6 +128,10 @@ class _Batch:
                 self.delete_group = False
             case TargetAssignmentEpochRecord():
                 self._row().assignment_epoch = record.assignment_epoch
+            case AssignorStateRecord():
+                row = self._row()
+                row.assignor_state = record.state
+                row.assignment_error = record.error
             case GroupTombstone():
                 self.delete_group = True
             case MemberMetadataRecord():
@@ -106,6 +146,8 @@ class _Batch:
                 self.current[record.member_id] = record
             case CurrentAssignmentTombstone():
                 self.current[record.member_id] = None
+            case _:
+                pass  # soft records (ComputationRecord) live in memory only
 
 
 @dataclass
@@ -120,6 +162,9 @@ class PreparedWrite:
     delete_group: bool
     deletes: list[tuple[str, list[str]]]
     upserts: list[tuple[str, list[tuple[Any, ...]]]]
+
+    def is_empty(self) -> bool:
+        return self.group_row is None and not self.delete_group and not self.deletes and not self.upserts
 
     def is_single_current_assignment(self) -> bool:
         return (
@@ -137,7 +182,15 @@ def prepare_write(group_id: str, records: Iterable[Record]) -> PreparedWrite:
     row = batch.group
     group_row = None
     if row is not None and not batch.delete_group:
-        group_row = (group_id, row.group_type, row.group_epoch, row.metadata_hash, row.assignment_epoch)
+        group_row = (
+            group_id,
+            row.group_type,
+            row.group_epoch,
+            row.metadata_hash,
+            row.assignment_epoch,
+            row.assignor_state,
+            row.assignment_error,
+        )
     deletes = [
         (table, member_ids)
         for table, member_ids in (
@@ -159,6 +212,8 @@ def prepare_write(group_id: str, records: Iterable[Record]) -> PreparedWrite:
             r.subscribed_topic_regex,
             r.server_assignor,
             r.rebalance_timeout_ms,
+            encode_client_assignors(r.client_assignors),
+            r.url,
         )
         for r in batch.members.values()
         if r is not None
@@ -187,26 +242,30 @@ def prepare_write(group_id: str, records: Iterable[Record]) -> PreparedWrite:
 
 _UPSERT_GROUP = """
 INSERT INTO groups AS g (group_id, group_type, group_epoch, metadata_hash, assignment_epoch,
-                         owner, owner_epoch)
+                         assignor_state, assignment_error, owner, owner_epoch)
 VALUES ($1, COALESCE($2::text, 'consumer'), COALESCE($3::int, 0), COALESCE($4::bigint, 0),
-        COALESCE($5::int, 0), $6, $7)
+        COALESCE($5::int, 0), COALESCE($6::bytea, ''), COALESCE($7::text, ''), $8, $9)
 ON CONFLICT (group_id) DO UPDATE SET
     group_type = COALESCE($2::text, g.group_type),
     group_epoch = COALESCE($3::int, g.group_epoch),
     metadata_hash = COALESCE($4::bigint, g.metadata_hash),
     assignment_epoch = COALESCE($5::int, g.assignment_epoch),
+    assignor_state = COALESCE($6::bytea, g.assignor_state),
+    assignment_error = COALESCE($7::text, g.assignment_error),
     updated_at = now()
 """
 
 _UPSERT_MEMBER = """
 INSERT INTO members (group_id, member_id, instance_id, rack_id, client_id, client_host,
-                     subscribed_topic_names, subscribed_topic_regex, server_assignor, rebalance_timeout_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                     subscribed_topic_names, subscribed_topic_regex, server_assignor, rebalance_timeout_ms,
+                     client_assignors, url)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12)
 ON CONFLICT (group_id, member_id) DO UPDATE SET
     instance_id = EXCLUDED.instance_id, rack_id = EXCLUDED.rack_id, client_id = EXCLUDED.client_id,
     client_host = EXCLUDED.client_host, subscribed_topic_names = EXCLUDED.subscribed_topic_names,
     subscribed_topic_regex = EXCLUDED.subscribed_topic_regex, server_assignor = EXCLUDED.server_assignor,
-    rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms
+    rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms, client_assignors = EXCLUDED.client_assignors,
+    url = EXCLUDED.url
 """
 
 _UPSERT_TARGET = """
@@ -313,6 +372,8 @@ class PostgresStore:
     async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
         """Stores one operation's records in one transaction."""
         write = records if isinstance(records, PreparedWrite) else prepare_write(group_id, records)
+        if write.is_empty():
+            return  # only soft records: nothing to store
         if write.is_single_current_assignment():
             await self._append_current_assignment(group_id, write.upserts[0][1][0])
             return
@@ -333,6 +394,7 @@ class PostgresStore:
                     await conn.executemany(sql, rows)
             if write.delete_group:
                 await conn.execute("DELETE FROM groups WHERE group_id = $1", group_id)
+                await conn.execute("DELETE FROM connectors WHERE group_id = $1", group_id)
 
     async def load_groups(self) -> dict[str, Group]:
         """Rebuilds every group by replaying its stored rows as records."""
@@ -358,6 +420,7 @@ class PostgresStore:
             records[row["group_id"]] = [
                 GroupMetadataRecord(row["group_epoch"], row["metadata_hash"], row["group_type"]),
                 TargetAssignmentEpochRecord(row["assignment_epoch"]),
+                AssignorStateRecord(bytes(row["assignor_state"]), row["assignment_error"]),
             ]
         for row in await conn.fetch(f"SELECT * FROM members {where} ORDER BY group_id, member_id", *args):
             records[row["group_id"]].append(
@@ -371,6 +434,8 @@ class PostgresStore:
                     subscribed_topic_regex=row["subscribed_topic_regex"],
                     server_assignor=row["server_assignor"],
                     rebalance_timeout_ms=row["rebalance_timeout_ms"],
+                    client_assignors=decode_client_assignors(row["client_assignors"]),
+                    url=row["url"],
                 )
             )
         for row in await conn.fetch(f"SELECT * FROM target_assignments {where}", *args):
@@ -422,6 +487,27 @@ class PostgresStore:
     async def delete_topic(self, topic_id: str) -> None:
         async with self._transaction() as conn:
             await conn.execute("DELETE FROM topics WHERE topic_id = $1", uuid.UUID(topic_id))
+
+    # -- connectors (Connect groups) ---------------------------------------------
+
+    async def load_connectors(self) -> dict[str, dict[str, int]]:
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch("SELECT group_id, name, tasks FROM connectors ORDER BY group_id, name")
+        out: dict[str, dict[str, int]] = {}
+        for r in rows:
+            out.setdefault(r["group_id"], {})[r["name"]] = r["tasks"]
+        return out
+
+    async def put_connectors(self, group_id: str, connectors: dict[str, int]) -> None:
+        """Replaces the group's connectors (guarded like any write to the group)."""
+        async with self._transaction() as conn:
+            await self._guard(conn, group_id)
+            await conn.execute("DELETE FROM connectors WHERE group_id = $1", group_id)
+            if connectors:
+                await conn.executemany(
+                    "INSERT INTO connectors (group_id, name, tasks) VALUES ($1, $2, $3)",
+                    [(group_id, name, tasks) for name, tasks in sorted(connectors.items())],
+                )
 
     # -- introspection -----------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""Connect groups: workers share connectors and tasks instead of partitions.
+
+A Connect group reuses the consumer machinery whole (epochs, reconciliation,
+fencing, storage) through one mapping: each connector is a resource whose
+unit 0 is the connector itself and unit t + 1 its task t, and every worker
+subscribes to all the connectors of its group. The group's connectors come
+from GroupAdmin.PutConnectors (Connect's config topic), kept per group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from .context import Context, Result
+from .errors import GroupIdNotFound, InvalidRequest
+from .membership import refresh_metadata
+from .model import CONNECT_GROUP_TYPE, Assignment, Group, make_assignment
+from .topics import MAX_TOPIC_NAME_LENGTH, Topic, TopicsImage
+
+#: Every worker subscribes to every connector of its group.
+CONNECT_SUBSCRIPTION = ".*"
+MAX_TASKS_PER_CONNECTOR = 10_000
+MAX_CONNECTORS = 100_000
+
+
+def validate_connectors(connectors: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """The connector set of a PutConnectors request, checked."""
+    if len(connectors) > MAX_CONNECTORS:
+        raise InvalidRequest(f"At most {MAX_CONNECTORS} connectors per group, got {len(connectors)}.")
+    out: dict[str, int] = {}
+    for name, tasks in connectors:
+        if not name:
+            raise InvalidRequest("Connector names can't be empty.")
+        if len(name) > MAX_TOPIC_NAME_LENGTH:
+            raise InvalidRequest(f"Connector name is longer than {MAX_TOPIC_NAME_LENGTH} characters.")
+        if any(ord(c) < 32 or ord(c) == 127 for c in name):
+            raise InvalidRequest(f"Connector name {name!r} contains a control character.")
+        if name in out:
+            raise InvalidRequest(f"Connector {name} is listed twice.")
+        if not 0 <= tasks <= MAX_TASKS_PER_CONNECTOR:
+            raise InvalidRequest(
+                f"Connector {name}: tasks must be 0 to {MAX_TASKS_PER_CONNECTOR}, got {tasks}."
+            )
+        out[name] = tasks
+    return out
+
+
+def connectors_image(connectors: Mapping[str, int], version: int = 0) -> TopicsImage:
+    """The group's connectors as the resources the engine assigns."""
+    return TopicsImage((Topic(name, name, tasks + 1) for name, tasks in connectors.items()), version)
+
+
+def to_connect(assignment: Assignment) -> tuple[list[str], list[tuple[str, int]]]:
+    """Connectors and (connector, task) ids of an assignment."""
+    connectors: list[str] = []
+    tasks: list[tuple[str, int]] = []
+    for name in sorted(assignment):
+        units = assignment[name]
+        if 0 in units:
+            connectors.append(name)
+        tasks.extend((name, unit - 1) for unit in sorted(units) if unit > 0)
+    return connectors, tasks
+
+
+def from_connect(connectors: Iterable[str], tasks: Iterable[tuple[str, int]]) -> Assignment:
+    """An assignment from connectors and (connector, task) ids; a negative task id
+    stays out of range (never a subset of any assignment)."""
+    pairs: list[tuple[str, Iterable[int]]] = [(c, (0,)) for c in connectors]
+    pairs.extend((c, (t + 1 if t >= 0 else -1,)) for c, t in tasks)
+    return make_assignment(pairs)
+
+
+def put_connectors(group: Group | None, ctx: Context) -> Result[int]:
+    """Runs with the group's new connectors as `ctx.image`: bumps the epoch if they changed.
+
+    Returns the group epoch afterwards (0 when no worker created the group yet)."""
+    if group is None:
+        return Result(0)
+    if group.group_type != CONNECT_GROUP_TYPE:
+        raise GroupIdNotFound(f"Group {group.group_id} is not a connect group.")
+    result = refresh_metadata(group, ctx)
+    epoch = group.group_epoch + (1 if result.response else 0)
+    return Result(epoch, result.records, result.timers)
