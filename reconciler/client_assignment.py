@@ -140,12 +140,10 @@ def plan_computation(
     records: list[Record] = []
     current = group.computation
     expired = current is not None and ctx.now_ms >= current.deadline_ms
-    name = choose_assignor(list(members.values()))
-    if current is not None and not expired and current.member_id in members and current.assignor_name == name:
-        return records, current
     timed_out = frozenset() if current is None else current.timed_out
     if current is not None and expired:
         timed_out = timed_out | {current.member_id}
+    name = choose_assignor(list(members.values()))
     chosen = None
     error = ""
     if name is None:
@@ -160,6 +158,14 @@ def plan_computation(
                 f"({describe_ranges(list(members.values()), name)}); a member covering all of them "
                 "must join before a target can be computed."
             )
+    if (
+        current is not None
+        and not expired
+        and chosen == current.member_id
+        and name == current.assignor_name
+    ):
+        # Still the right member, still within its time: the computation goes on.
+        return records, current
     computation = None
     if chosen is not None and name is not None:
         computation = Computation(
