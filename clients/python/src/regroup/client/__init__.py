@@ -6,13 +6,24 @@ See clients/python/README.md for examples.
 """
 
 from regroup.client.admin import GroupAdmin, SyncGroupAdmin
+from regroup.client.connect import ConnectWorker, WorkerListener
 from regroup.client.errors import RegroupError
 from regroup.client.member import GroupMember, MemberOptions
 from regroup.client.sync import SyncGroupMember
-from regroup.client.types import Assignment, PartitionToken, RebalanceListener, TopicPartition
+from regroup.client.types import (
+    Assignment,
+    ConnectorTaskId,
+    ConnectResource,
+    PartitionToken,
+    RebalanceListener,
+    TopicPartition,
+)
 
 __all__ = [
     "Assignment",
+    "ConnectResource",
+    "ConnectWorker",
+    "ConnectorTaskId",
     "GroupAdmin",
     "GroupMember",
     "MemberOptions",
@@ -22,4 +33,5 @@ __all__ = [
     "SyncGroupAdmin",
     "SyncGroupMember",
     "TopicPartition",
+    "WorkerListener",
 ]

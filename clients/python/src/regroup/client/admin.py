@@ -114,6 +114,14 @@ class _Plans:
         )
 
 
+def _put_connectors(group_id: str, connectors: Mapping[str, int]) -> Plan[int]:
+    request = admin_pb2.PutConnectorsRequest(
+        group_id=group_id,
+        connectors=[admin_pb2.ConnectorConfig(name=n, tasks=t) for n, t in connectors.items()],
+    )
+    return "PutConnectors", request, lambda r: _check(r).group_epoch
+
+
 class GroupAdmin:
     """Async admin client: `admin = GroupAdmin("host:50051")`, then `await admin.create_topic("t", 8)`."""
 
@@ -166,6 +174,10 @@ class GroupAdmin:
 
     async def delete_group(self, group_id: str) -> None:
         await self._do(_Plans.delete_group(group_id))
+
+    async def put_connectors(self, group_id: str, connectors: Mapping[str, int]) -> int:
+        """Sets a Connect group's connectors (name -> task count); returns the group epoch."""
+        return await self._do(_put_connectors(group_id, connectors))
 
     async def close(self) -> None:
         if self._owns_channel:
@@ -225,6 +237,9 @@ class SyncGroupAdmin:
 
     def delete_group(self, group_id: str) -> None:
         self._do(_Plans.delete_group(group_id))
+
+    def put_connectors(self, group_id: str, connectors: Mapping[str, int]) -> int:
+        return self._do(_put_connectors(group_id, connectors))
 
     def close(self) -> None:
         if self._owns_channel:

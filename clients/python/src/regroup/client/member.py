@@ -26,6 +26,7 @@ from typing import Any, Literal
 import grpc
 
 from regroup.client._telemetry import span
+from regroup.client.assignors.base import AssignmentPlan, ClientAssignor
 from regroup.client.errors import (
     FENCING_CODES,
     RETRIABLE_CODES,
@@ -33,13 +34,12 @@ from regroup.client.errors import (
     RegroupError,
     error_name,
 )
+from regroup.client.protocols import ConsumerWire, Wire
 from regroup.client.types import (
     Assignment,
     RebalanceListener,
     TopicPartition,
     call_listener,
-    partitions_from_pb,
-    partitions_to_pb,
 )
 from regroup.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
@@ -91,6 +91,8 @@ class GroupMember:
     ...     ...  # process member.assignment().partitions
     """
 
+    _wire: Wire = ConsumerWire
+
     def __init__(
         self,
         target: str | grpc.aio.Channel,
@@ -117,6 +119,12 @@ class GroupMember:
         self._rack_id: str | None = None
         self._server_assignor: str | None = None
         self._subscription: Subscription = ("topics", ())
+        self._url: str | None = None
+        #: Client-side assignors by name, in preference order, and the reason each advertises.
+        self._assignors: dict[str, ClientAssignor] = {}
+        self._reasons: dict[str, int] = {}
+        self._computing = False
+        self._rebalance_timer: asyncio.TimerHandle | None = None
 
         self._epoch = JOIN_EPOCH
         self._interval_ms = 0
@@ -181,19 +189,36 @@ class GroupMember:
         instance_id: str | None = None,
         rack_id: str | None = None,
         assignor: str | None = None,
+        client_assignors: Sequence[ClientAssignor] | None = None,
     ) -> None:
         """Joins the group and returns once the coordinator accepted the member;
         partitions then arrive through the listener. Raises RegroupError when the
-        coordinator refuses the join for good (invalid request, group full...)."""
-        if self._joined:
-            raise RuntimeError("this member already joined; create a new GroupMember")
+        coordinator refuses the join for good (invalid request, group full...).
+
+        `assignor` names a server-side assignor; `client_assignors` (in order of
+        preference) makes the group compute its assignment in its members."""
         if (topics is None) == (regex is None):
             raise ValueError("pass exactly one of topics= or regex=")
+        self._subscription = ("topics", tuple(topics)) if topics is not None else ("regex", regex or "")
+        self._rack_id = rack_id
+        await self._join(group_id, instance_id, assignor, client_assignors)
+
+    async def _join(
+        self,
+        group_id: str,
+        instance_id: str | None,
+        assignor: str | None,
+        client_assignors: Sequence[ClientAssignor] | None,
+    ) -> None:
+        if self._joined:
+            raise RuntimeError("this member already joined; create a new one")
+        if assignor is not None and client_assignors:
+            raise ValueError("a member uses a server-side assignor or client-side assignors, not both")
         self._group_id = group_id
         self._instance_id = instance_id
-        self._rack_id = rack_id
         self._server_assignor = assignor
-        self._subscription = ("topics", tuple(topics)) if topics is not None else ("regex", regex or "")
+        self._assignors = {a.name: a for a in client_assignors or ()}
+        self._reasons = dict.fromkeys(self._assignors, 0)
         self._wake = asyncio.Event()
         self._reconcile_wanted = asyncio.Event()
         self._lost_done = asyncio.Event()
@@ -242,7 +267,7 @@ class GroupMember:
                     owned = self._owned
                     if owned:
                         with span("regroup.revoke", group_id=self._group_id, partitions=len(owned)):
-                            await call_listener(self._listener, "on_partitions_revoked", owned)
+                            await call_listener(self._listener, self._wire.callbacks[0], owned)
                     self._hold(frozenset(), {})
                     await self._leave(permanent)
         finally:
@@ -273,12 +298,15 @@ class GroupMember:
     # -- heartbeats ----------------------------------------------------------
 
     async def _join_until_accepted(self) -> float:
-        """The first heartbeat, retried until the coordinator accepts or refuses the member."""
+        """The first heartbeat, retried until the coordinator accepts or refuses the member.
+
+        The member may still be at epoch 0 (a new group whose first target is
+        not computed yet): it is in the group, and keeps sending full requests."""
         while True:
             delay = await self._heartbeat_once()
             if self._failure is not None:
                 raise self._failure
-            if self._epoch > 0:
+            if self._failures == 0:
                 return delay
             await asyncio.sleep(delay)
 
@@ -307,7 +335,7 @@ class GroupMember:
             timeout = max(0.05, min(timeout, self._session_expiry() - sent_at))
         try:
             with span("regroup.heartbeat", group_id=self._group_id, member_epoch=request.member_epoch):
-                response = await self._stub.ConsumerGroupHeartbeat(request, timeout=timeout)
+                response = await getattr(self._stub, self._wire.rpc)(request, timeout=timeout)
         except grpc.aio.AioRpcError as err:
             if err.code() not in RETRIABLE_STATUSES:
                 self._fail(
@@ -317,11 +345,14 @@ class GroupMember:
                 return 0.0
             log.warning("heartbeat of %s failed (%s), retrying", self._member_id, err.code().name)
             return self._retry_later(flushes)
-        code = response.error_code
-        if code == common_pb2.NONE:
+        code: int = response.error_code
+        if code in (common_pb2.NONE, common_pb2.COMPUTE_ASSIGNMENT):
             self._accept(response, fields, sent_at)
             self._resolve(flushes, True)
-            return response.heartbeat_interval_ms / 1000
+            if code == common_pb2.COMPUTE_ASSIGNMENT:
+                self._start_computation()
+            interval_ms: int = response.heartbeat_interval_ms
+            return interval_ms / 1000
         if code in FENCING_CODES and self._epoch != JOIN_EPOCH:
             log.warning(
                 "member %s fenced (%s: %s); its partitions are lost, rejoining",
@@ -341,21 +372,43 @@ class GroupMember:
 
     def _build_request(self) -> tuple[Request, dict[str, object]]:
         """The full request after joining or any error, only changed fields otherwise."""
-        fields: dict[str, object] = {
+        fields = self._fields()
+        if not self._send_full and self._epoch != JOIN_EPOCH:
+            fields = {k: v for k, v in fields.items() if self._sent.get(k, _UNSENT) != v}
+        request = self._wire.request_type(
+            group_id=self._group_id, member_id=self._member_id, member_epoch=self._epoch
+        )
+        for name, value in fields.items():
+            if name == "owned":
+                assert isinstance(value, frozenset)
+                self._wire.set_owned(request, value)
+            else:
+                _set_field(request, name, value)
+        return request, fields
+
+    def _fields(self) -> dict[str, object]:
+        """Every field of a full request, by name (values compare for the deltas)."""
+        return {
             "instance_id": self._instance_id,
             "rack_id": self._rack_id,
             "rebalance_timeout_ms": self._options.rebalance_timeout_ms,
             "subscription": self._subscription,
             "server_assignor": self._server_assignor,
+            "client_assignors": self._client_assignors_field(),
             "client_id": self._options.client_id,
             "owned": self._owned,
         }
-        if not self._send_full:
-            fields = {k: v for k, v in fields.items() if self._sent.get(k, _UNSENT) != v}
-        request = Request(group_id=self._group_id, member_id=self._member_id, member_epoch=self._epoch)
-        for name, value in fields.items():
-            _set_field(request, name, value)
-        return request, fields
+
+    def _client_assignors_field(self) -> tuple[tuple[str, int, int, int, int, bytes], ...] | None:
+        if not self._assignors:
+            return None
+        entries = []
+        for name, a in self._assignors.items():
+            version, metadata = a.metadata()
+            entries.append(
+                (name, a.minimum_version, a.maximum_version, self._reasons[name], version, metadata)
+            )
+        return tuple(entries)
 
     def _accept(self, response: Response, fields: dict[str, object], sent_at: float) -> None:
         self._failures = 0
@@ -366,8 +419,8 @@ class GroupMember:
         self._session_timeout_ms = response.session_timeout_ms
         self._interval_ms = response.heartbeat_interval_ms
         self._last_answered_send = sent_at
-        if response.HasField("assignment"):
-            target = partitions_from_pb(response.assignment.topic_partitions)
+        target = self._wire.assignment(response)
+        if target is not None:
             if target != self._target:
                 log.debug(
                     "member %s target at epoch %d: %d partitions", self._member_id, self._epoch, len(target)
@@ -442,12 +495,14 @@ class GroupMember:
     async def _leave(self, permanent: bool | None) -> None:
         static_leave = self._instance_id is not None and not permanent
         epoch = STATIC_LEAVE_EPOCH if static_leave else LEAVE_EPOCH
-        request = Request(group_id=self._group_id, member_id=self._member_id, member_epoch=epoch)
+        request = self._wire.request_type(
+            group_id=self._group_id, member_id=self._member_id, member_epoch=epoch
+        )
         if self._instance_id is not None:
             request.instance_id = self._instance_id
         with span("regroup.leave", group_id=self._group_id, member_epoch=epoch):
             try:
-                response = await self._stub.ConsumerGroupHeartbeat(
+                response = await getattr(self._stub, self._wire.rpc)(
                     request, timeout=self._options.request_timeout_ms / 1000
                 )
             except grpc.aio.AioRpcError as err:
@@ -461,7 +516,11 @@ class GroupMember:
 
     async def _stop_tasks(self) -> None:
         """Stops heartbeating, then lets the reconciliation finish the callback it is in."""
-        heartbeat, reconcile = self._tasks
+        if self._rebalance_timer is not None:
+            self._rebalance_timer.cancel()
+        heartbeat, reconcile = self._tasks[:2]
+        for extra in self._tasks[2:]:
+            extra.cancel()
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
@@ -470,6 +529,85 @@ class GroupMember:
         self._want_reconcile()
         if reconcile is not asyncio.current_task():
             await reconcile
+
+    # -- client-side assignment ------------------------------------------------
+
+    def _start_computation(self) -> None:
+        """COMPUTE_ASSIGNMENT: run the group's assignor here (once at a time)."""
+        if self._computing or self._closing or not self._assignors:
+            return
+        self._computing = True
+        task = asyncio.create_task(self._compute(), name=f"regroup-compute-{self._member_id}")
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    async def _compute(self) -> None:
+        timeout = self._options.request_timeout_ms / 1000
+        try:
+            with span("regroup.compute_assignment", group_id=self._group_id):
+                prep = await self._stub.PrepareAssignment(
+                    coordinator_pb2.PrepareAssignmentRequest(
+                        group_id=self._group_id, member_id=self._member_id, member_epoch=self._epoch
+                    ),
+                    timeout=timeout,
+                )
+                if prep.error_code != common_pb2.NONE:
+                    log.info(
+                        "PrepareAssignment refused (%s): %s", error_name(prep.error_code), prep.error_message
+                    )
+                    return
+                assignor = self._assignors.get(prep.assignor_name)
+                snapshot = self._wire.snapshot(self._group_id, prep)
+                if assignor is None:
+                    plan = AssignmentPlan({}, error=1, error_message=f"unknown assignor {prep.assignor_name}")
+                else:
+                    try:
+                        # Pure CPU work: off the loop, so heartbeats go on for big groups.
+                        plan = await asyncio.to_thread(assignor.assign, snapshot)
+                    except Exception as e:
+                        log.exception("client assignor %s failed", prep.assignor_name)
+                        plan = AssignmentPlan({}, error=1, error_message=repr(e)[:500])
+                request = coordinator_pb2.InstallAssignmentRequest(
+                    group_id=self._group_id,
+                    member_id=self._member_id,
+                    member_epoch=self._epoch,
+                    group_epoch=prep.group_epoch,
+                    error=plan.error,
+                    error_message=plan.error_message,
+                    assignor_state=plan.state,
+                )
+                if not plan.error:
+                    self._wire.fill_install(request, plan)
+                installed = await self._stub.InstallAssignment(request, timeout=timeout)
+            if installed.error_code != common_pb2.NONE:
+                log.warning(
+                    "InstallAssignment refused (%s): %s",
+                    error_name(installed.error_code),
+                    installed.error_message,
+                )
+                return
+            log.info("installed the target of group %s for epoch %d", self._group_id, prep.group_epoch)
+            if plan.rebalance_at_ms is not None:
+                self._schedule_rebalance(prep.assignor_name, plan.rebalance_at_ms - prep.coordinator_time_ms)
+        except grpc.aio.AioRpcError as err:
+            log.warning("client-side assignment of %s failed: %s", self._group_id, err.code().name)
+        finally:
+            self._computing = False
+
+    def _schedule_rebalance(self, assignor: str, delay_ms: int) -> None:
+        """A delayed rebalance: at that time, change the assignor's reason (which
+        bumps the group epoch and asks for a new computation)."""
+        if self._rebalance_timer is not None:
+            self._rebalance_timer.cancel()
+
+        def bump() -> None:
+            self._rebalance_timer = None
+            if assignor in self._reasons:
+                self._reasons[assignor] = (self._reasons[assignor] + 1) % 128
+                log.info("asking group %s for a rebalance (assignor %s)", self._group_id, assignor)
+                self._poke()
+
+        self._rebalance_timer = asyncio.get_running_loop().call_later(max(0, delay_ms) / 1000, bump)
 
     # -- reconciliation --------------------------------------------------------
 
@@ -493,7 +631,7 @@ class GroupMember:
                 self._hold(frozenset(), {})
                 if lost:
                     with span("regroup.lost", group_id=self._group_id, partitions=len(lost)):
-                        await call_listener(self._listener, "on_partitions_lost", lost)
+                        await call_listener(self._listener, self._wire.callbacks[2], lost)
                 self._lose_requested = False
                 self._lost_done.set()
                 continue
@@ -503,7 +641,7 @@ class GroupMember:
             revoked = self._owned - target
             if revoked:
                 with span("regroup.revoke", group_id=self._group_id, partitions=len(revoked)):
-                    await call_listener(self._listener, "on_partitions_revoked", revoked)
+                    await call_listener(self._listener, self._wire.callbacks[0], revoked)
                 epochs = {tp: e for tp, e in self._holding[1].items() if tp not in revoked}
                 self._hold(self._owned - revoked, epochs)
                 # Only once the coordinator knows that these are released may the
@@ -513,7 +651,7 @@ class GroupMember:
             added = target - self._owned
             epoch = self._epoch
             with span("regroup.assign", group_id=self._group_id, partitions=len(added)):
-                await call_listener(self._listener, "on_partitions_assigned", added)
+                await call_listener(self._listener, self._wire.callbacks[1], added)
             # Even when fenced or closing meanwhile, the callback handed these out:
             # they are held until on_partitions_lost or the revocation of close().
             self._hold(self._owned | added, {**self._holding[1], **dict.fromkeys(added, epoch)})
@@ -528,11 +666,9 @@ _UNSENT = _Unsent()
 
 
 def _set_field(request: Request, name: str, value: object) -> None:
-    if name == "owned":
-        assert isinstance(value, frozenset)
-        request.topic_partitions.SetInParent()
-        request.topic_partitions.CopyFrom(partitions_to_pb(value))
-    elif name == "subscription":
+    if value is None:
+        return  # not used by this member: never sent
+    if name == "subscription":
         assert isinstance(value, tuple)
         kind, spec = value
         # Both fields, so that switching between names and a regex clears the other.
@@ -542,5 +678,17 @@ def _set_field(request: Request, name: str, value: object) -> None:
             request.subscribed_topic_regex = ""
         else:
             request.subscribed_topic_regex = spec
-    elif value is not None:
+    elif name == "client_assignors":
+        assert isinstance(value, tuple)
+        request.client_assignors.SetInParent()
+        for a_name, lo, hi, reason, version, metadata in value:
+            request.client_assignors.assignors.add(
+                name=a_name,
+                minimum_version=lo,
+                maximum_version=hi,
+                reason=reason,
+                version=version,
+                metadata=metadata,
+            )
+    else:
         setattr(request, name, value)

@@ -38,6 +38,16 @@ class _InWorkerThread:
     async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
         await self._run("on_partitions_lost", partitions)
 
+    # Connect workers' listener methods.
+    async def on_revoked(self, resources: frozenset[Any]) -> None:
+        await self._run("on_revoked", resources)
+
+    async def on_assigned(self, resources: frozenset[Any]) -> None:
+        await self._run("on_assigned", resources)
+
+    async def on_lost(self, resources: frozenset[Any]) -> None:
+        await self._run("on_lost", resources)
+
 
 class SyncGroupMember:
     """`with SyncGroupMember(target, listener=...) as member: member.join(...)`.
