@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from regroup.client import RebalanceListener, TopicPartition
 
@@ -16,12 +17,12 @@ class Event:
     at: float
     member: str
     kind: str  # assigned, revoked, lost, crashed
-    partitions: frozenset[TopicPartition]
+    partitions: frozenset[Any]
 
 
 @dataclass
 class OwnershipRegistry:
-    owners: dict[TopicPartition, str] = field(default_factory=dict)
+    owners: dict[Any, str] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -29,7 +30,7 @@ class OwnershipRegistry:
     def listener(self, member: str) -> RebalanceListener:
         return _Recorder(self, member)
 
-    def record(self, member: str, kind: str, partitions: frozenset[TopicPartition]) -> None:
+    def record(self, member: str, kind: str, partitions: frozenset[Any]) -> None:
         with self._lock:
             self.events.append(Event(time.monotonic(), member, kind, partitions))
             for tp in partitions:
@@ -49,7 +50,7 @@ class OwnershipRegistry:
             held = frozenset(tp for tp, m in self.owners.items() if m == member)
         self.record(member, "crashed", held)
 
-    def held_by(self, member: str) -> frozenset[TopicPartition]:
+    def held_by(self, member: str) -> frozenset[Any]:
         with self._lock:
             return frozenset(tp for tp, m in self.owners.items() if m == member)
 
@@ -74,3 +75,13 @@ class _Recorder(RebalanceListener):
 
     def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
         self.registry.record(self.member, "lost", partitions)
+
+    # The same, for Connect workers (connectors and tasks).
+    def on_assigned(self, resources: frozenset[Any]) -> None:
+        self.registry.record(self.member, "assigned", resources)
+
+    def on_revoked(self, resources: frozenset[Any]) -> None:
+        self.registry.record(self.member, "revoked", resources)
+
+    def on_lost(self, resources: frozenset[Any]) -> None:
+        self.registry.record(self.member, "lost", resources)
