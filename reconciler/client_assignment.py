@@ -158,12 +158,7 @@ def plan_computation(
                 f"({describe_ranges(list(members.values()), name)}); a member covering all of them "
                 "must join before a target can be computed."
             )
-    if (
-        current is not None
-        and not expired
-        and chosen == current.member_id
-        and name == current.assignor_name
-    ):
+    if current is not None and not expired and chosen == current.member_id and name == current.assignor_name:
         # Still the right member, still within its time: the computation goes on.
         return records, current
     computation = None

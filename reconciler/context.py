@@ -33,6 +33,11 @@ class GroupConfig:
     #: assignment timer (which the shell runs off the event loop), not inside a
     #: heartbeat; None computes every target inline.
     inline_assignment_max_partitions: int | None = None
+    #: Offsets of an empty group expire this long after their commit (Kafka's
+    #: offsets.retention.minutes, 7 days); 0 keeps them forever.
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    #: How often expired offsets are looked for (offsets.retention.check.interval.ms).
+    offsets_retention_check_ms: int = 600_000
     #: Available server-side assignors by name; the first is the default.
     assignors: Mapping[str, Assignor] = field(default_factory=lambda: dict(BUILTIN_ASSIGNORS))
 

@@ -39,6 +39,8 @@ class ErrorCode(IntEnum):
     #: Not an error: the member was chosen to compute the target with its client-side assignor.
     COMPUTE_ASSIGNMENT = 1000
     INVALID_ASSIGNMENT = 1001
+    OFFSET_METADATA_TOO_LARGE = 12
+    PARTITION_NOT_OWNED = 1002
 
 
 class ApiError(Exception):

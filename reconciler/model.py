@@ -237,6 +237,7 @@ class Group:
         "last_assignment_ms",
         "members",
         "metadata_hash",
+        "offsets",
         "target",
     )
 
@@ -259,6 +260,8 @@ class Group:
         #: The client-side computation under way (soft state, never stored: a
         #: restarted coordinator simply chooses again).
         self.computation: Computation | None = None
+        #: Committed offsets by (topic id, partition).
+        self.offsets: dict[tuple[str, int], CommittedOffset] = {}
         self._instance_index: dict[str, str] = {}
         #: topic id -> partition -> epoch of the member that owns it.
         #: topic id -> list indexed by partition of the owner's epoch (-1 when free):
@@ -368,6 +371,15 @@ class Group:
                 for partition in partitions:
                     epochs[partition] = epoch
                 self._owned_counts[topic_id] += len(partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    metadata: str
+    #: The committing member's epoch (-1 for an admin commit).
+    member_epoch: int
+    commit_ms: int
 
 
 @dataclass(frozen=True, slots=True)

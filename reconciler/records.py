@@ -118,6 +118,24 @@ class CurrentAssignmentTombstone:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetCommitRecord:
+    """A committed offset (Kafka's OffsetCommitKey/Value)."""
+
+    topic_id: str
+    partition: int
+    offset: int
+    metadata: str
+    member_epoch: int
+    commit_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetTombstone:
+    topic_id: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
 class AssignorStateRecord:
     """Client-side assignment: the state the last installation left, and the
     last computation error ("" when it succeeded)."""
@@ -145,6 +163,8 @@ Record = (
     | CurrentAssignmentTombstone
     | AssignorStateRecord
     | ComputationRecord
+    | OffsetCommitRecord
+    | OffsetTombstone
 )
 
 #: Records the store skips: they only change memory.

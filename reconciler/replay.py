@@ -9,7 +9,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from .model import EMPTY_ASSIGNMENT, Assignment, Group, IllegalStateError, Member, MemberState
+from .model import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    CommittedOffset,
+    Group,
+    IllegalStateError,
+    Member,
+    MemberState,
+)
 from .records import (
     AssignorStateRecord,
     ComputationRecord,
@@ -19,6 +27,8 @@ from .records import (
     GroupTombstone,
     MemberMetadataRecord,
     MemberMetadataTombstone,
+    OffsetCommitRecord,
+    OffsetTombstone,
     Record,
     TargetAssignmentEpochRecord,
     TargetAssignmentMemberRecord,
@@ -80,6 +90,12 @@ def replay(group: Group, record: Record) -> None:
             group.assignment_error = record.error
         case ComputationRecord():
             group.computation = record.computation
+        case OffsetCommitRecord():
+            group.offsets[(record.topic_id, record.partition)] = CommittedOffset(
+                record.offset, record.metadata, record.member_epoch, record.commit_ms
+            )
+        case OffsetTombstone():
+            group.offsets.pop((record.topic_id, record.partition), None)
         case GroupTombstone():
             raise IllegalStateError("A group tombstone is applied by replay_all.")
 

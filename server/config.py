@@ -34,6 +34,9 @@ class Settings:
     #: Larger groups get their target computed off the event loop (by the assignment timer).
     inline_assignment_max_partitions: int = 10_000
     max_message_bytes: int = 4 * 1024 * 1024
+    #: Offsets of an empty group expire this long after their commit; 0 keeps them.
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_ms: int = 600_000
     shutdown_grace_s: float = 5.0
     log_level: str = "info"
     #: This replica's name in the groups' owner column.
@@ -47,6 +50,8 @@ class Settings:
             max_group_size=self.max_group_size,
             assignment_interval_ms=self.assignment_interval_ms,
             inline_assignment_max_partitions=self.inline_assignment_max_partitions,
+            offsets_retention_ms=self.offsets_retention_ms,
+            offsets_retention_check_ms=self.offsets_retention_check_ms,
             assignors={name: BUILTIN_ASSIGNORS[name] for name in self.assignors},
         )
 
@@ -62,6 +67,8 @@ _ENV = {
     "assignment_interval_ms": "REGROUP_ASSIGNMENT_INTERVAL_MS",
     "inline_assignment_max_partitions": "REGROUP_INLINE_ASSIGNMENT_MAX_PARTITIONS",
     "max_message_bytes": "REGROUP_MAX_MESSAGE_BYTES",
+    "offsets_retention_ms": "REGROUP_OFFSETS_RETENTION_MS",
+    "offsets_retention_check_ms": "REGROUP_OFFSETS_RETENTION_CHECK_MS",
     "shutdown_grace_s": "REGROUP_SHUTDOWN_GRACE_S",
     "log_level": "REGROUP_LOG_LEVEL",
     "replica_id": "REGROUP_REPLICA_ID",
@@ -128,6 +135,10 @@ def _parse(raw: Mapping[str, str]) -> Settings:
             raw, "inline_assignment_max_partitions", defaults.inline_assignment_max_partitions, 0
         ),
         max_message_bytes=_int(raw, "max_message_bytes", defaults.max_message_bytes, 1024),
+        offsets_retention_ms=_int(raw, "offsets_retention_ms", defaults.offsets_retention_ms, 0),
+        offsets_retention_check_ms=_int(
+            raw, "offsets_retention_check_ms", defaults.offsets_retention_check_ms, 1
+        ),
         shutdown_grace_s=grace,
         log_level=raw.get("log_level", defaults.log_level).lower(),
         replica_id=raw.get("replica_id", ""),

@@ -55,6 +55,14 @@ from regroup.reconciler.errors import (
 )
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
+from regroup.reconciler.offsets import (
+    FetchedOffset,
+    OffsetToCommit,
+    PartitionOutcome,
+    commit_offsets,
+    expire_offsets,
+    fetch_offsets,
+)
 from regroup.reconciler.records import (
     CurrentAssignmentRecord,
     GroupMetadataRecord,
@@ -78,6 +86,8 @@ Operation = Callable[[Group | None, Context], Result[T]]
 TIMER_RETRY_MS = 1_000
 #: Timers fire at most this often (a deadline may fire up to this much late).
 TIMER_TICK_MS = 10
+#: The periodic look for expired offsets (not a group's timer).
+OFFSETS_SWEEP = TimerKey("", "", "offsets")
 
 
 class _KeyedLocks:
@@ -160,6 +170,7 @@ class Coordinator:
         # Topics may have changed after a group's last write (a crash between
         # the two): the refresh bumps the groups whose metadata moved.
         await self.refresh_groups()
+        self.timers.schedule(OFFSETS_SWEEP, now + self.config.offsets_retention_check_ms)
         if self._run_timers:
             self._timer_task = asyncio.create_task(self._timer_loop(), name="regroup-timers")
 
@@ -330,6 +341,44 @@ class Coordinator:
 
         await self.run(req.group_id, op, cause="install_assignment")
 
+    async def commit_offsets(
+        self, group_id: str, member_id: str, member_epoch: int, offsets: Sequence[OffsetToCommit]
+    ) -> list[PartitionOutcome]:
+        def op(group: Group | None, ctx: Context) -> Result[list[PartitionOutcome]]:
+            return commit_offsets(group, group_id, member_id, member_epoch, offsets, ctx)
+
+        return await self.run(group_id, op, cause="offset_commit")
+
+    async def fetch_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        wanted: Sequence[tuple[str, Sequence[int]]] | None,
+    ) -> list[FetchedOffset]:
+        def op(group: Group | None, ctx: Context) -> Result[list[FetchedOffset]]:
+            return Result(fetch_offsets(group, group_id, member_id, member_epoch, wanted))
+
+        return await self.run(group_id, op, cause="offset_fetch")
+
+    async def expire_offsets(self) -> int:
+        """Removes expired offsets of empty groups; returns how many."""
+
+        def op(group: Group | None, ctx: Context) -> Result[int]:
+            if group is None:
+                return Result(0)
+            return expire_offsets(group, self.config.offsets_retention_ms, ctx)
+
+        expired = 0
+        for group_id in [g.group_id for g in self.groups.values() if g.offsets and not g.members]:
+            try:
+                expired += await self.run(group_id, op, cause="offsets_expired")
+            except (CoordinatorNotAvailable, NotCoordinator) as e:
+                self.log.warning("offset_expiration_failed", group_id=group_id, error=str(e))
+        if expired:
+            self.log.info("offsets_expired", offsets=expired)
+        return expired
+
     async def put_connectors(self, group_id: str, connectors: Sequence[tuple[str, int]]) -> int:
         """Sets a Connect group's connectors; returns the group epoch afterwards."""
         wanted = validate_connectors(connectors)
@@ -424,6 +473,12 @@ class Coordinator:
         """Fences the members whose timers are due now; returns the fenced ones."""
         by_group: dict[str, list[tuple[TimerKey, int]]] = defaultdict(list)
         for key, payload in self.timers.pop_due(self.clock.now_ms()):
+            if key == OFFSETS_SWEEP:
+                await self.expire_offsets()
+                self.timers.schedule(
+                    OFFSETS_SWEEP, self.clock.now_ms() + self.config.offsets_retention_check_ms
+                )
+                continue
             by_group[key.group_id].append((key, payload))
         outcomes = await asyncio.gather(*(self._expire_group(items) for items in by_group.values()))
         return [key for fenced in outcomes for key in fenced]

@@ -13,9 +13,10 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
-from regroup.reconciler import ApiError, ErrorCode
+from regroup.reconciler import ApiError, ErrorCode, Topic, TopicsImage
 from regroup.reconciler.errors import GroupIdNotFound
 from regroup.reconciler.messages import PrepareAssignment
+from regroup.reconciler.offsets import OffsetToCommit
 from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
 from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
@@ -112,6 +113,91 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
         except ApiError as e:
             return coordinator_pb2.InstallAssignmentResponse(**_error_fields(e))
         return coordinator_pb2.InstallAssignmentResponse()
+
+    @internal_errors
+    async def OffsetCommit(
+        self, request: coordinator_pb2.OffsetCommitRequest, context: Ctx
+    ) -> coordinator_pb2.OffsetCommitResponse:
+        coordinator = self._coordinator
+        topics = _topic_ids(request.topics, coordinator.image_for(request.group_id))
+        offsets = [
+            OffsetToCommit(topic_id, p.partition, p.offset, p.metadata)
+            for topic_id, _, t in topics
+            for p in t.partitions
+        ]
+        try:
+            outcomes = await coordinator.commit_offsets(
+                request.group_id, request.member_id, request.member_epoch, offsets
+            )
+        except ApiError as e:
+            return coordinator_pb2.OffsetCommitResponse(**_error_fields(e))
+        results = iter(outcomes)
+        response = coordinator_pb2.OffsetCommitResponse()
+        for topic_id, name, t in topics:
+            entry = response.topics.add(topic_id=topic_id or _echo(t.topic_id), name=_echo(name))
+            for _ in t.partitions:
+                o = next(results)
+                entry.partitions.add(
+                    partition=o.partition, error_code=mapping.error_code_pb(o.error), error_message=o.message
+                )
+        return response
+
+    @internal_errors
+    async def OffsetFetch(
+        self, request: coordinator_pb2.OffsetFetchRequest, context: Ctx
+    ) -> coordinator_pb2.OffsetFetchResponse:
+        coordinator = self._coordinator
+        image = coordinator.image_for(request.group_id)
+        topics = _topic_ids(request.topics, image)
+        wanted = [(topic_id, list(t.partitions)) for topic_id, _, t in topics if topic_id] if topics else None
+        try:
+            fetched = await coordinator.fetch_offsets(
+                request.group_id, request.member_id, request.member_epoch, wanted
+            )
+        except ApiError as e:
+            return coordinator_pb2.OffsetFetchResponse(**_error_fields(e))
+        response = coordinator_pb2.OffsetFetchResponse()
+        entries: dict[str, Any] = {}
+        for topic_id, name, t in topics:
+            if not topic_id:
+                missing = response.topics.add(topic_id=_echo(t.topic_id), name=_echo(name))
+                for p in t.partitions:
+                    missing.partitions.add(
+                        partition=p,
+                        offset=-1,
+                        error_code=mapping.error_code_pb(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                        error_message=f"Topic {t.topic_id or t.name} does not exist.",
+                    )
+        for f in fetched:
+            entry = entries.get(f.topic_id)
+            if entry is None:
+                entry = entries[f.topic_id] = response.topics.add(
+                    topic_id=f.topic_id, name=image.name_of(f.topic_id)
+                )
+            c = f.committed
+            if c is None:
+                entry.partitions.add(partition=f.partition, offset=-1)
+            else:
+                entry.partitions.add(
+                    partition=f.partition,
+                    offset=c.offset,
+                    metadata=c.metadata,
+                    committed_member_epoch=c.member_epoch,
+                    commit_timestamp_ms=c.commit_ms,
+                )
+        return response
+
+
+def _topic_ids(topics: Any, image: TopicsImage) -> list[tuple[str, str, Any]]:
+    """(topic id or "", name, entry) for request topics named by id or by name."""
+    out = []
+    for t in topics:
+        found: Topic | None = image.by_id.get(t.topic_id) if t.topic_id else image.by_name.get(t.name)
+        if found is None:
+            out.append(("", t.name, t))
+        else:
+            out.append((found.topic_id, found.name, t))
+    return out
 
 
 def _error_fields(e: ApiError) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from regroup.reconciler.records import (
     GroupTombstone,
     MemberMetadataRecord,
     MemberMetadataTombstone,
+    OffsetCommitRecord,
+    OffsetTombstone,
     TargetAssignmentEpochRecord,
     TargetAssignmentMemberRecord,
     TargetAssignmentMemberTombstone,
@@ -105,6 +107,7 @@ class _Batch:
     members: dict[str, MemberMetadataRecord | None] = field(default_factory=dict)
     targets: dict[str, Assignment | None] = field(default_factory=dict)
     current: dict[str, CurrentAssignmentRecord | None] = field(default_factory=dict)
+    offsets: dict[tuple[str, int], OffsetCommitRecord | None] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: Iterable[Record]) -> _Batch:
@@ -146,6 +149,10 @@ class _Batch:
                 self.current[record.member_id] = record
             case CurrentAssignmentTombstone():
                 self.current[record.member_id] = None
+            case OffsetCommitRecord():
+                self.offsets[(record.topic_id, record.partition)] = record
+            case OffsetTombstone():
+                self.offsets[(record.topic_id, record.partition)] = None
             case _:
                 pass  # soft records (ComputationRecord) live in memory only
 
@@ -162,15 +169,23 @@ class PreparedWrite:
     delete_group: bool
     deletes: list[tuple[str, list[str]]]
     upserts: list[tuple[str, list[tuple[Any, ...]]]]
+    offset_deletes: list[tuple[str, int]] = field(default_factory=list)
 
     def is_empty(self) -> bool:
-        return self.group_row is None and not self.delete_group and not self.deletes and not self.upserts
+        return (
+            self.group_row is None
+            and not self.delete_group
+            and not self.deletes
+            and not self.upserts
+            and not self.offset_deletes
+        )
 
     def is_single_current_assignment(self) -> bool:
         return (
             self.group_row is None
             and not self.delete_group
             and not self.deletes
+            and not self.offset_deletes
             and len(self.upserts) == 1
             and self.upserts[0][0] is _UPSERT_CURRENT
             and len(self.upserts[0][1]) == 1
@@ -232,12 +247,23 @@ def prepare_write(group_id: str, records: Iterable[Record]) -> PreparedWrite:
         for c in batch.current.values()
         if c is not None
     ]
+    offsets = [
+        (group_id, o.topic_id, o.partition, o.offset, o.metadata, o.member_epoch, o.commit_ms)
+        for o in batch.offsets.values()
+        if o is not None
+    ]
     upserts = [
         (sql, rows)
-        for sql, rows in ((_UPSERT_MEMBER, members), (_UPSERT_TARGET, targets), (_UPSERT_CURRENT, current))
+        for sql, rows in (
+            (_UPSERT_MEMBER, members),
+            (_UPSERT_TARGET, targets),
+            (_UPSERT_CURRENT, current),
+            (_UPSERT_OFFSET, offsets),
+        )
         if rows
     ]
-    return PreparedWrite(group_row, batch.delete_group, deletes, upserts)
+    offset_deletes = sorted(k for k, o in batch.offsets.items() if o is None)
+    return PreparedWrite(group_row, batch.delete_group, deletes, upserts, offset_deletes)
 
 
 _UPSERT_GROUP = """
@@ -266,6 +292,14 @@ ON CONFLICT (group_id, member_id) DO UPDATE SET
     subscribed_topic_regex = EXCLUDED.subscribed_topic_regex, server_assignor = EXCLUDED.server_assignor,
     rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms, client_assignors = EXCLUDED.client_assignors,
     url = EXCLUDED.url
+"""
+
+_UPSERT_OFFSET = """
+INSERT INTO offsets (group_id, topic_id, partition, "offset", metadata, member_epoch, commit_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (group_id, topic_id, partition) DO UPDATE SET
+    "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata,
+    member_epoch = EXCLUDED.member_epoch, commit_ms = EXCLUDED.commit_ms
 """
 
 _UPSERT_TARGET = """
@@ -387,6 +421,14 @@ class PostgresStore:
                     group_id,
                     member_ids,
                 )
+            if write.offset_deletes:
+                await conn.execute(
+                    "DELETE FROM offsets o USING unnest($2::text[], $3::int[]) AS d(topic_id, partition)"
+                    " WHERE o.group_id = $1 AND o.topic_id = d.topic_id AND o.partition = d.partition",
+                    group_id,
+                    [t for t, _ in write.offset_deletes],
+                    [p for _, p in write.offset_deletes],
+                )
             for sql, rows in write.upserts:
                 if len(rows) == 1:
                     await conn.execute(sql, *rows[0])
@@ -451,6 +493,17 @@ class PostgresStore:
                     previous_member_epoch=row["previous_member_epoch"],
                     assigned=decode_assignment(row["assigned"]),
                     pending_revocation=decode_assignment(row["pending_revocation"]),
+                )
+            )
+        for row in await conn.fetch(f"SELECT * FROM offsets {where}", *args):
+            records[row["group_id"]].append(
+                OffsetCommitRecord(
+                    row["topic_id"],
+                    row["partition"],
+                    row["offset"],
+                    row["metadata"],
+                    row["member_epoch"],
+                    row["commit_ms"],
                 )
             )
         groups: dict[str, Group] = {}

@@ -13,7 +13,7 @@ import heapq
 import itertools
 from typing import Literal, NamedTuple
 
-TimerKind = Literal["session", "rebalance", "assignment"]
+TimerKind = Literal["session", "rebalance", "assignment", "offsets"]
 
 
 class TimerKey(NamedTuple):

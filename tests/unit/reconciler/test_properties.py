@@ -50,6 +50,7 @@ from regroup.reconciler import (
 )
 from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, GroupSpec, MemberSpec
 from regroup.reconciler.model import Assignment, MemberState
+from regroup.reconciler.offsets import OffsetToCommit, commit_offsets
 from regroup.reconciler.records import TargetAssignmentEpochRecord
 from regroup.reconciler.target_assignment import preferred_assignor
 from tests.support.engine import EngineHarness, owned
@@ -150,6 +151,8 @@ class Client:
     sent_assignor: str | None = None
     sent_owned: dict[str, frozenset[int]] | None = None
     losses: int = 0
+    #: What a crashed client held when it died: a zombie keeps committing it.
+    last_held: dict[str, frozenset[int]] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
@@ -510,7 +513,58 @@ class GroupMachine(RuleBasedStateMachine):
         live = self.live()
         client = live[pick % len(live)]
         client.phase = Phase.CRASHED
+        client.last_held = client.held
         client.held = {}
+
+    @precondition(lambda self: any(c.member_id for c in self.clients))
+    @rule(pick=PICK, extra=st.integers(0, 5))
+    def commit(self, pick: int, extra: int) -> None:
+        """Any client, zombies included, commits what it believes it holds (and one
+        partition it may not): a commit is accepted only from the partition's owner
+        at the owner's current epoch, so no former owner's commit lands after a move."""
+        self._step()
+        named = [c for c in self.clients if c.member_id]
+        client = named[pick % len(named)]
+        believed = client.held or client.last_held
+        pairs = sorted(_pairs(believed))
+        topics = sorted(self.h.image.by_id.values(), key=lambda t: t.topic_id)
+        if topics:
+            topic = topics[extra % len(topics)]
+            pairs.append((topic.topic_id, extra % topic.num_partitions))
+        offsets = [OffsetToCommit(t, p, 7, "") for t, p in pairs]
+        try:
+            result = commit_offsets(self.group, GROUP, client.member_id, client.epoch, offsets, self.h.ctx())
+        except ApiError as e:
+            assert e.code in (
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                ErrorCode.STALE_MEMBER_EPOCH,
+            )
+            event(f"commit refused: {e.code.name}")
+            return
+        group = self.group
+        assert group is not None
+        member = group.members[client.member_id]
+        assert member.member_epoch == client.epoch
+        for outcome in result.response:
+            key = (outcome.topic_id, outcome.partition)
+            owners = [
+                m.member_id
+                for m in group.members.values()
+                if outcome.partition in m.assigned.get(outcome.topic_id, ())
+                or outcome.partition in m.pending_revocation.get(outcome.topic_id, ())
+            ]
+            if outcome.error is ErrorCode.NONE:
+                assert owners == [client.member_id], f"{key} committed by {client.name}, owned by {owners}"
+                event("commit accepted")
+            else:
+                assert client.member_id not in owners or outcome.error is not ErrorCode.PARTITION_NOT_OWNED
+                event(f"partition commit refused: {outcome.error.name}")
+        self.h.apply(GROUP, result)
+        for outcome in result.response:
+            if outcome.error is ErrorCode.NONE:
+                committed = group.offsets[(outcome.topic_id, outcome.partition)]
+                assert (committed.offset, committed.member_epoch) == (7, client.epoch)
 
     @precondition(lambda self: bool(self.live()))
     @rule(pick=PICK, sub=SUBSCRIPTIONS)

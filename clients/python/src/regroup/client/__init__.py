@@ -7,7 +7,7 @@ See clients/python/README.md for examples.
 
 from regroup.client.admin import GroupAdmin, SyncGroupAdmin
 from regroup.client.connect import ConnectWorker, WorkerListener
-from regroup.client.errors import RegroupError
+from regroup.client.errors import CommitFailed, RegroupError
 from regroup.client.member import GroupMember, MemberOptions
 from regroup.client.sync import SyncGroupMember
 from regroup.client.types import (
@@ -21,6 +21,7 @@ from regroup.client.types import (
 
 __all__ = [
     "Assignment",
+    "CommitFailed",
     "ConnectResource",
     "ConnectWorker",
     "ConnectorTaskId",

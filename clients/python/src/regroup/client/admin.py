@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import grpc
 
 from regroup.client.errors import RegroupError
-from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2
+from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 T = TypeVar("T")
 Plan = tuple[str, Any, Callable[[Any], T]]
@@ -122,6 +122,38 @@ def _put_connectors(group_id: str, connectors: Mapping[str, int]) -> Plan[int]:
     return "PutConnectors", request, lambda r: _check(r).group_epoch
 
 
+def _admin_commit(group_id: str, offsets: Mapping[tuple[str, int], int]) -> Plan[None]:
+    """An admin commit (no member id, epoch -1): only into an empty group."""
+    request = coordinator_pb2.OffsetCommitRequest(group_id=group_id, member_id="", member_epoch=-1)
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append((partition, offset))
+    for topic, entries in sorted(by_topic.items()):
+        request.topics.add(name=topic).partitions.extend(
+            coordinator_pb2.OffsetCommitRequest.Partition(partition=p, offset=o) for p, o in sorted(entries)
+        )
+
+    def read(r: Any) -> None:
+        _check(r)
+        for t in r.topics:
+            for p in t.partitions:
+                if p.error_code != common_pb2.NONE:
+                    raise RegroupError(p.error_code, f"{t.name}-{p.partition}: {p.error_message}")
+
+    return "OffsetCommit", request, read
+
+
+def _admin_fetch(group_id: str) -> Plan[dict[tuple[str, int], int]]:
+    request = coordinator_pb2.OffsetFetchRequest(group_id=group_id, member_id="", member_epoch=-1)
+    return (
+        "OffsetFetch",
+        request,
+        lambda r: {
+            (t.name, p.partition): p.offset for t in _check(r).topics for p in t.partitions if p.offset >= 0
+        },
+    )
+
+
 class GroupAdmin:
     """Async admin client: `admin = GroupAdmin("host:50051")`, then `await admin.create_topic("t", 8)`."""
 
@@ -129,11 +161,13 @@ class GroupAdmin:
         self._owns_channel = isinstance(target, str)
         self._channel = grpc.aio.insecure_channel(target) if isinstance(target, str) else target
         self._stub = admin_pb2_grpc.GroupAdminStub(self._channel)
+        self._coordinator = coordinator_pb2_grpc.GroupCoordinatorStub(self._channel)
         self._timeout = timeout
 
     async def _do(self, plan: Plan[T]) -> T:
         rpc, request, read = plan
-        return read(await getattr(self._stub, rpc)(request, timeout=self._timeout))
+        stub = self._stub if hasattr(self._stub, rpc) else self._coordinator
+        return read(await getattr(stub, rpc)(request, timeout=self._timeout))
 
     async def create_topics(
         self, topics: Mapping[str, int] | Iterable[admin_pb2.CreatableTopic]
@@ -179,6 +213,14 @@ class GroupAdmin:
         """Sets a Connect group's connectors (name -> task count); returns the group epoch."""
         return await self._do(_put_connectors(group_id, connectors))
 
+    async def commit_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Sets offsets of (topic name, partition) as an admin: only while the group has no members."""
+        await self._do(_admin_commit(group_id, offsets))
+
+    async def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """Every committed offset of the group, by (topic name, partition)."""
+        return await self._do(_admin_fetch(group_id))
+
     async def close(self) -> None:
         if self._owns_channel:
             await self._channel.close()
@@ -197,11 +239,13 @@ class SyncGroupAdmin:
         self._owns_channel = isinstance(target, str)
         self._channel = grpc.insecure_channel(target) if isinstance(target, str) else target
         self._stub = admin_pb2_grpc.GroupAdminStub(self._channel)
+        self._coordinator = coordinator_pb2_grpc.GroupCoordinatorStub(self._channel)
         self._timeout = timeout
 
     def _do(self, plan: Plan[T]) -> T:
         rpc, request, read = plan
-        return read(getattr(self._stub, rpc)(request, timeout=self._timeout))
+        stub = self._stub if hasattr(self._stub, rpc) else self._coordinator
+        return read(getattr(stub, rpc)(request, timeout=self._timeout))
 
     def create_topics(
         self, topics: Mapping[str, int] | Iterable[admin_pb2.CreatableTopic]
@@ -240,6 +284,12 @@ class SyncGroupAdmin:
 
     def put_connectors(self, group_id: str, connectors: Mapping[str, int]) -> int:
         return self._do(_put_connectors(group_id, connectors))
+
+    def commit_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        self._do(_admin_commit(group_id, offsets))
+
+    def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        return self._do(_admin_fetch(group_id))
 
     def close(self) -> None:
         if self._owns_channel:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from regroup.v1 import common_pb2
@@ -20,6 +22,16 @@ class RegroupError(Exception):
     @property
     def name(self) -> str:
         return error_name(self.code)
+
+
+class CommitFailed(RegroupError):
+    """Some partitions of an offset commit were refused; `partitions` says why, per partition
+    (PARTITION_NOT_OWNED: the member no longer owns it, another member may)."""
+
+    def __init__(self, partitions: dict[Any, RegroupError]) -> None:
+        self.partitions = partitions
+        first = next(iter(partitions.values()))
+        super().__init__(first.code, f"{len(partitions)} partition(s) refused, e.g. {first}")
 
 
 def error_name(code: ErrorCode) -> str:

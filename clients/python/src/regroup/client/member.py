@@ -19,7 +19,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,6 +31,7 @@ from regroup.client.errors import (
     FENCING_CODES,
     RETRIABLE_CODES,
     RETRIABLE_STATUSES,
+    CommitFailed,
     RegroupError,
     error_name,
 )
@@ -238,6 +239,62 @@ class GroupMember:
             raise ValueError("pass exactly one of topics= or regex=")
         self._subscription = ("topics", tuple(topics)) if topics is not None else ("regex", regex or "")
         self._poke()
+
+    async def commit(self, offsets: Mapping[TopicPartition, int | tuple[int, str]]) -> None:
+        """Commits offsets (the next offset to process, optionally with metadata) with
+        the member's current epoch. Raises RegroupError when the whole commit is
+        refused (STALE_MEMBER_EPOCH after a rebalance, UNKNOWN_MEMBER_ID), and
+        CommitFailed naming the refused partitions (PARTITION_NOT_OWNED: not
+        this member's any more)."""
+        request = coordinator_pb2.OffsetCommitRequest(
+            group_id=self._group_id, member_id=self._member_id, member_epoch=self._epoch
+        )
+        by_topic: dict[tuple[str, str], list[tuple[int, int, str]]] = {}
+        for tp, value in offsets.items():
+            offset, metadata = value if isinstance(value, tuple) else (value, "")
+            by_topic.setdefault((tp.topic_id, tp.topic), []).append((tp.partition, offset, metadata))
+        for (topic_id, name), entries in sorted(by_topic.items()):
+            topic = request.topics.add(topic_id=topic_id, name=name)
+            for partition, offset, metadata in sorted(entries):
+                topic.partitions.add(partition=partition, offset=offset, metadata=metadata)
+        with span("regroup.commit", group_id=self._group_id, partitions=len(offsets)):
+            response = await self._stub.OffsetCommit(request, timeout=self._options.request_timeout_ms / 1000)
+        if response.error_code != common_pb2.NONE:
+            raise RegroupError(response.error_code, response.error_message)
+        failed = {
+            TopicPartition(t.name, p.partition, t.topic_id): RegroupError(p.error_code, p.error_message)
+            for t in response.topics
+            for p in t.partitions
+            if p.error_code != common_pb2.NONE
+        }
+        if failed:
+            raise CommitFailed(failed)
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, int]:
+        """The committed offsets of `partitions` (default: every committed one of the
+        group); partitions without a committed offset are left out."""
+        request = coordinator_pb2.OffsetFetchRequest(
+            group_id=self._group_id, member_id=self._member_id, member_epoch=self._epoch
+        )
+        if partitions is not None:
+            by_topic: dict[tuple[str, str], list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault((tp.topic_id, tp.topic), []).append(tp.partition)
+            for (topic_id, name), ps in sorted(by_topic.items()):
+                request.topics.add(topic_id=topic_id, name=name, partitions=sorted(ps))
+            if not by_topic:
+                return {}
+        response = await self._stub.OffsetFetch(request, timeout=self._options.request_timeout_ms / 1000)
+        if response.error_code != common_pb2.NONE:
+            raise RegroupError(response.error_code, response.error_message)
+        return {
+            TopicPartition(t.name, p.partition, t.topic_id): p.offset
+            for t in response.topics
+            for p in t.partitions
+            if p.error_code == common_pb2.NONE and p.offset >= 0
+        }
 
     async def wait_for_assignment(self, predicate: Callable[[Assignment], bool] | None = None) -> Assignment:
         """Waits until the owned partitions satisfy `predicate` (by default: the

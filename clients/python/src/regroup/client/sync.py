@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -120,6 +120,13 @@ class SyncGroupMember:
                 assignor=assignor,
             )
         )
+
+    def commit(self, offsets: Mapping[TopicPartition, int | tuple[int, str]]) -> None:
+        """See GroupMember.commit."""
+        self._call(self._member.commit(offsets))
+
+    def committed(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        return self._call(self._member.committed(partitions))
 
     def subscribe(self, *, topics: Sequence[str] | None = None, regex: str | None = None) -> None:
         self._loop.call_soon_threadsafe(lambda: self._member.subscribe(topics=topics, regex=regex))

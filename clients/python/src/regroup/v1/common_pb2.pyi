@@ -80,6 +80,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The installed assignment breaks an invariant (a resource missing or
     assigned twice, an unknown member, a stale group epoch); nothing changed.
     """
+    OFFSET_METADATA_TOO_LARGE: _ErrorCode.ValueType  # 12
+    """The offset metadata is longer than the coordinator accepts (4096 bytes)."""
+    PARTITION_NOT_OWNED: _ErrorCode.ValueType  # 1002
+    """The member does not own this partition at its current epoch: only the
+    current owner may commit its offset (a former owner is a zombie).
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Error codes returned in the `error_code` field of every response.
@@ -145,6 +151,12 @@ InstallAssignment). The rest of the response is valid as usual.
 INVALID_ASSIGNMENT: ErrorCode.ValueType  # 1001
 """The installed assignment breaks an invariant (a resource missing or
 assigned twice, an unknown member, a stale group epoch); nothing changed.
+"""
+OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 12
+"""The offset metadata is longer than the coordinator accepts (4096 bytes)."""
+PARTITION_NOT_OWNED: ErrorCode.ValueType  # 1002
+"""The member does not own this partition at its current epoch: only the
+current owner may commit its offset (a former owner is a zombie).
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 

@@ -594,3 +594,302 @@ class InstallAssignmentResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InstallAssignmentResponse: _TypeAlias = InstallAssignmentResponse  # noqa: Y015
+
+@_typing.final
+class OffsetCommitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Partition(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PARTITION_FIELD_NUMBER: _builtins.int
+        OFFSET_FIELD_NUMBER: _builtins.int
+        METADATA_FIELD_NUMBER: _builtins.int
+        partition: _builtins.int
+        offset: _builtins.int
+        """The next offset to process, >= 0."""
+        metadata: _builtins.str
+        """Free-form, at most 4096 bytes."""
+        def __init__(
+            self,
+            *,
+            partition: _builtins.int = ...,
+            offset: _builtins.int = ...,
+            metadata: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata", "offset", b"offset", "partition", b"partition"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Topic(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TOPIC_ID_FIELD_NUMBER: _builtins.int
+        NAME_FIELD_NUMBER: _builtins.int
+        PARTITIONS_FIELD_NUMBER: _builtins.int
+        topic_id: _builtins.str
+        """The topic by id or by name."""
+        name: _builtins.str
+        @_builtins.property
+        def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitRequest.Partition]: ...
+        def __init__(
+            self,
+            *,
+            topic_id: _builtins.str = ...,
+            name: _builtins.str = ...,
+            partitions: _abc.Iterable[Global___OffsetCommitRequest.Partition] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    """Empty, with member_epoch -1, for an admin commit."""
+    member_epoch: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitRequest.Topic]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        topics: _abc.Iterable[Global___OffsetCommitRequest.Topic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitRequest: _TypeAlias = OffsetCommitRequest  # noqa: Y015
+
+@_typing.final
+class OffsetCommitResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Partition(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PARTITION_FIELD_NUMBER: _builtins.int
+        ERROR_CODE_FIELD_NUMBER: _builtins.int
+        ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+        partition: _builtins.int
+        error_code: _common_pb2.ErrorCode.ValueType
+        error_message: _builtins.str
+        def __init__(
+            self,
+            *,
+            partition: _builtins.int = ...,
+            error_code: _common_pb2.ErrorCode.ValueType = ...,
+            error_message: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition", b"partition"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Topic(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TOPIC_ID_FIELD_NUMBER: _builtins.int
+        NAME_FIELD_NUMBER: _builtins.int
+        PARTITIONS_FIELD_NUMBER: _builtins.int
+        topic_id: _builtins.str
+        name: _builtins.str
+        @_builtins.property
+        def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitResponse.Partition]: ...
+        def __init__(
+            self,
+            *,
+            topic_id: _builtins.str = ...,
+            name: _builtins.str = ...,
+            partitions: _abc.Iterable[Global___OffsetCommitResponse.Partition] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    """An error of the whole request (then no partition was committed)."""
+    error_message: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitResponse.Topic]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetCommitResponse.Topic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetCommitResponse: _TypeAlias = OffsetCommitResponse  # noqa: Y015
+
+@_typing.final
+class OffsetFetchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Topic(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TOPIC_ID_FIELD_NUMBER: _builtins.int
+        NAME_FIELD_NUMBER: _builtins.int
+        PARTITIONS_FIELD_NUMBER: _builtins.int
+        topic_id: _builtins.str
+        name: _builtins.str
+        @_builtins.property
+        def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+            """Empty: every committed partition of the topic."""
+
+        def __init__(
+            self,
+            *,
+            topic_id: _builtins.str = ...,
+            name: _builtins.str = ...,
+            partitions: _abc.Iterable[_builtins.int] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    """Empty, with member_epoch -1, for an admin fetch."""
+    member_epoch: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchRequest.Topic]:
+        """Empty: every committed offset of the group."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        topics: _abc.Iterable[Global___OffsetFetchRequest.Topic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchRequest: _TypeAlias = OffsetFetchRequest  # noqa: Y015
+
+@_typing.final
+class OffsetFetchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Partition(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PARTITION_FIELD_NUMBER: _builtins.int
+        OFFSET_FIELD_NUMBER: _builtins.int
+        METADATA_FIELD_NUMBER: _builtins.int
+        COMMITTED_MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+        COMMIT_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+        ERROR_CODE_FIELD_NUMBER: _builtins.int
+        ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+        partition: _builtins.int
+        offset: _builtins.int
+        """-1 when nothing was committed."""
+        metadata: _builtins.str
+        committed_member_epoch: _builtins.int
+        """The epoch of the member that committed it (-1 for an admin commit)."""
+        commit_timestamp_ms: _builtins.int
+        error_code: _common_pb2.ErrorCode.ValueType
+        error_message: _builtins.str
+        def __init__(
+            self,
+            *,
+            partition: _builtins.int = ...,
+            offset: _builtins.int = ...,
+            metadata: _builtins.str = ...,
+            committed_member_epoch: _builtins.int = ...,
+            commit_timestamp_ms: _builtins.int = ...,
+            error_code: _common_pb2.ErrorCode.ValueType = ...,
+            error_message: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_timestamp_ms", b"commit_timestamp_ms", "committed_member_epoch", b"committed_member_epoch", "error_code", b"error_code", "error_message", b"error_message", "metadata", b"metadata", "offset", b"offset", "partition", b"partition"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Topic(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TOPIC_ID_FIELD_NUMBER: _builtins.int
+        NAME_FIELD_NUMBER: _builtins.int
+        PARTITIONS_FIELD_NUMBER: _builtins.int
+        topic_id: _builtins.str
+        name: _builtins.str
+        @_builtins.property
+        def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchResponse.Partition]: ...
+        def __init__(
+            self,
+            *,
+            topic_id: _builtins.str = ...,
+            name: _builtins.str = ...,
+            partitions: _abc.Iterable[Global___OffsetFetchResponse.Partition] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchResponse.Topic]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetFetchResponse.Topic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetFetchResponse: _TypeAlias = OffsetFetchResponse  # noqa: Y015

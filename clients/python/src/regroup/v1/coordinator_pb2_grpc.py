@@ -55,6 +55,16 @@ class GroupCoordinatorStub:
                 request_serializer=regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentRequest.SerializeToString,
                 response_deserializer=regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentResponse.FromString,
                 _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/regroup.v1.GroupCoordinator/OffsetCommit',
+                request_serializer=regroup_dot_v1_dot_coordinator__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/regroup.v1.GroupCoordinator/OffsetFetch',
+                request_serializer=regroup_dot_v1_dot_coordinator__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_coordinator__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServicer:
@@ -102,6 +112,26 @@ class GroupCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetCommit(self, request, context):
+        """Records progress: the offset of each partition. Fenced as in Kafka (the
+        member exists, UNKNOWN_MEMBER_ID; its epoch is the current one,
+        STALE_MEMBER_EPOCH) and, beyond Kafka, per partition: only the member that
+        owns the partition now may commit it (PARTITION_NOT_OWNED). An empty
+        member id with epoch -1 is an admin commit, accepted only while the group
+        has no members (it creates the group if needed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Reads committed offsets, with the same member checks (an empty member id
+        with epoch -1 reads as an admin).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -124,6 +154,16 @@ def add_GroupCoordinatorServicer_to_server(servicer, server):
                     servicer.InstallAssignment,
                     request_deserializer=regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentRequest.FromString,
                     response_serializer=regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=regroup_dot_v1_dot_coordinator__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=regroup_dot_v1_dot_coordinator__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_coordinator__pb2.OffsetFetchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -235,6 +275,60 @@ class GroupCoordinator:
             '/regroup.v1.GroupCoordinator/InstallAssignment',
             regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentRequest.SerializeToString,
             regroup_dot_v1_dot_coordinator__pb2.InstallAssignmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupCoordinator/OffsetCommit',
+            regroup_dot_v1_dot_coordinator__pb2.OffsetCommitRequest.SerializeToString,
+            regroup_dot_v1_dot_coordinator__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupCoordinator/OffsetFetch',
+            regroup_dot_v1_dot_coordinator__pb2.OffsetFetchRequest.SerializeToString,
+            regroup_dot_v1_dot_coordinator__pb2.OffsetFetchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,6 +58,18 @@ class GroupCoordinatorStub:
     then INVALID_ASSIGNMENT (nothing changes) unless every resource is
     assigned exactly once (or explicitly held back) to members of that epoch.
     """
+    OffsetCommit: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.OffsetCommitRequest, _coordinator_pb2.OffsetCommitResponse]
+    """Records progress: the offset of each partition. Fenced as in Kafka (the
+    member exists, UNKNOWN_MEMBER_ID; its epoch is the current one,
+    STALE_MEMBER_EPOCH) and, beyond Kafka, per partition: only the member that
+    owns the partition now may commit it (PARTITION_NOT_OWNED). An empty
+    member id with epoch -1 is an admin commit, accepted only while the group
+    has no members (it creates the group if needed).
+    """
+    OffsetFetch: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.OffsetFetchRequest, _coordinator_pb2.OffsetFetchResponse]
+    """Reads committed offsets, with the same member checks (an empty member id
+    with epoch -1 reads as an admin).
+    """
 
 @_typing.type_check_only
 class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
@@ -88,6 +100,18 @@ class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
     group epoch PrepareAssignment returned. Same checks as PrepareAssignment,
     then INVALID_ASSIGNMENT (nothing changes) unless every resource is
     assigned exactly once (or explicitly held back) to members of that epoch.
+    """
+    OffsetCommit: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.OffsetCommitRequest, _coordinator_pb2.OffsetCommitResponse]  # type: ignore[assignment]
+    """Records progress: the offset of each partition. Fenced as in Kafka (the
+    member exists, UNKNOWN_MEMBER_ID; its epoch is the current one,
+    STALE_MEMBER_EPOCH) and, beyond Kafka, per partition: only the member that
+    owns the partition now may commit it (PARTITION_NOT_OWNED). An empty
+    member id with epoch -1 is an admin commit, accepted only while the group
+    has no members (it creates the group if needed).
+    """
+    OffsetFetch: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.OffsetFetchRequest, _coordinator_pb2.OffsetFetchResponse]  # type: ignore[assignment]
+    """Reads committed offsets, with the same member checks (an empty member id
+    with epoch -1 reads as an admin).
     """
 
 class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
@@ -140,6 +164,30 @@ class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
         group epoch PrepareAssignment returned. Same checks as PrepareAssignment,
         then INVALID_ASSIGNMENT (nothing changes) unless every resource is
         assigned exactly once (or explicitly held back) to members of that epoch.
+        """
+
+    @_abc_1.abstractmethod
+    def OffsetCommit(
+        self,
+        request: _coordinator_pb2.OffsetCommitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.OffsetCommitResponse, _abc.Awaitable[_coordinator_pb2.OffsetCommitResponse]]:
+        """Records progress: the offset of each partition. Fenced as in Kafka (the
+        member exists, UNKNOWN_MEMBER_ID; its epoch is the current one,
+        STALE_MEMBER_EPOCH) and, beyond Kafka, per partition: only the member that
+        owns the partition now may commit it (PARTITION_NOT_OWNED). An empty
+        member id with epoch -1 is an admin commit, accepted only while the group
+        has no members (it creates the group if needed).
+        """
+
+    @_abc_1.abstractmethod
+    def OffsetFetch(
+        self,
+        request: _coordinator_pb2.OffsetFetchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.OffsetFetchResponse, _abc.Awaitable[_coordinator_pb2.OffsetFetchResponse]]:
+        """Reads committed offsets, with the same member checks (an empty member id
+        with epoch -1 reads as an admin).
         """
 
 def add_GroupCoordinatorServicer_to_server(servicer: GroupCoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
