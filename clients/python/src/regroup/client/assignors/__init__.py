@@ -9,6 +9,10 @@ from regroup.client.assignors.base import (
     GroupSnapshot,
     TopicInfo,
 )
+from regroup.client.assignors.eager import EagerAssignor
+from regroup.client.assignors.incremental_cooperative import IncrementalCooperativeAssignor
+from regroup.client.assignors.range import RangeAssignor
+from regroup.client.assignors.uniform import UniformAssignor
 
 __all__ = [
     "CONNECT",
@@ -16,6 +20,10 @@ __all__ = [
     "AssignmentPlan",
     "AssignorMember",
     "ClientAssignor",
+    "EagerAssignor",
     "GroupSnapshot",
+    "IncrementalCooperativeAssignor",
+    "RangeAssignor",
     "TopicInfo",
+    "UniformAssignor",
 ]
