@@ -1,0 +1,167 @@
+"""Client-side assignment with the real client: the seed's Connect case studies
+with the incremental cooperative assignor, and a consumer group run entirely on
+the client-side uniform assignor."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from regroup.client import ConnectorTaskId, ConnectWorker, GroupAdmin, GroupMember, MemberOptions
+from regroup.client.assignors import IncrementalCooperativeAssignor, UniformAssignor
+from tests.integration.conftest import Service, ServiceFactory
+from tests.support.ownership import OwnershipRegistry
+
+pytestmark = pytest.mark.integration
+
+DELAY_MS = 2_000
+FAST = {"heartbeat_interval_ms": 100, "session_timeout_ms": 1000}
+A = {"A", ConnectorTaskId("A", 0), ConnectorTaskId("A", 1)}
+B = {"B", ConnectorTaskId("B", 0)}
+ALL = frozenset(A | B)
+
+
+class Cluster:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.target = f"127.0.0.1:{service.server.port}"
+        self.registry = OwnershipRegistry()
+        self.workers: dict[str, ConnectWorker] = {}
+
+    async def start(self, name: str, url: str | None = None) -> ConnectWorker:
+        worker = ConnectWorker(
+            self.target,
+            listener=self.registry.listener(name),
+            options=MemberOptions(client_id=name, session_safety_margin_ms=300, rebalance_timeout_ms=5_000),
+        )
+        await worker.join(
+            "cluster",
+            url=url or f"http://{name}:8083",
+            client_assignors=[IncrementalCooperativeAssignor(scheduled_rebalance_max_delay_ms=DELAY_MS)],
+        )
+        self.workers[name] = worker
+        return worker
+
+    async def crash(self, name: str) -> None:
+        await self.workers.pop(name).abort()
+        self.registry.crashed(name)
+
+    def held(self) -> dict[str, frozenset[Any]]:
+        return {n: w.assignment().partitions for n, w in self.workers.items()}
+
+    async def until(self, check: Any, timeout: float = 15) -> None:
+        async with asyncio.timeout(timeout):
+            while True:
+                self.registry.assert_safe()
+                group = await self.service.stubs.describe("cluster")
+                if group.group_state == "Stable" and check(self.held(), group):
+                    return
+                await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def cluster(start_service: ServiceFactory) -> AsyncIterator[Cluster]:
+    service = await start_service(**FAST)
+    async with GroupAdmin(f"127.0.0.1:{service.server.port}") as admin:
+        await admin.put_connectors("cluster", {"A": 2, "B": 1})  # AC0 AT1 AT2 BC0 BT1
+    c = Cluster(service)
+    yield c
+    for worker in c.workers.values():
+        await worker.abort()
+
+
+async def test_w1_joins_an_empty_group_then_w2_waits_for_w1s_revocation(cluster: Cluster) -> None:
+    await cluster.start("W1")
+    await cluster.until(lambda held, g: held["W1"] == ALL)
+    group = await cluster.service.stubs.describe("cluster")
+    # The seed: group epoch 1, target epoch 1, W1 at epoch 1 with everything.
+    assert (group.group_epoch, group.assignment_epoch) == (1, 1)
+    assert [m.member_epoch for m in group.members] == [1]
+
+    await cluster.start("W2")
+    await cluster.until(lambda held, g: held.get("W2") == B and held["W1"] == A)
+    group = await cluster.service.stubs.describe("cluster")
+    assert (group.group_epoch, group.assignment_epoch) == (2, 2)
+    assert sorted(m.member_epoch for m in group.members) == [2, 2]
+    # W2 got B and BT1 only after W1 revoked them.
+    events = cluster.registry.events
+    revoked = next(e.at for e in events if e.member == "W1" and e.kind == "revoked")
+    assigned = next(e.at for e in events if e.member == "W2" and e.kind == "assigned")
+    assert revoked < assigned
+
+
+async def _three_workers(cluster: Cluster) -> dict[str, frozenset[Any]]:
+    for name in ("W1", "W2", "W3"):
+        await cluster.start(name)
+    await cluster.until(
+        lambda held, g: frozenset().union(*held.values()) == ALL and all(held.values()) and len(held) == 3
+    )
+    return cluster.held()
+
+
+async def test_a_worker_leaves_its_work_is_held_back_then_reassigned(cluster: Cluster) -> None:
+    before = await _three_workers(cluster)
+    gone = before["W2"]
+    await cluster.crash("W2")
+    # After W2's session timeout its work is held back: owned by nobody, group Stable.
+    await cluster.until(
+        lambda held, g: len(g.members) == 2 and not (gone & frozenset().union(*held.values()))
+    )
+    held = cluster.held()
+    assert held["W1"] == before["W1"] and held["W3"] == before["W3"]
+    # Then, after the delay, the computing worker asks for a rebalance and the work is spread.
+    await cluster.until(
+        lambda held, g: frozenset().union(*held.values()) == ALL, timeout=DELAY_MS / 1000 + 10
+    )
+    cluster.registry.assert_safe()
+
+
+async def test_a_bouncing_worker_gets_its_work_back(cluster: Cluster) -> None:
+    before = await _three_workers(cluster)
+    await cluster.crash("W2")
+    await cluster.until(lambda held, g: len(g.members) == 2)
+    await cluster.start("W2-again", url="http://W2:8083")  # the same worker, restarted
+    await cluster.until(lambda held, g: held.get("W2-again") == before["W2"])
+    held = cluster.held()
+    assert held["W1"] == before["W1"] and held["W3"] == before["W3"]
+
+
+async def test_a_consumer_group_on_the_client_side_uniform_assignor(start_service: ServiceFactory) -> None:
+    service = await start_service(**FAST)
+    await service.stubs.create_topic("orders", 12)
+    registry = OwnershipRegistry()
+    target = f"127.0.0.1:{service.server.port}"
+    members: dict[str, GroupMember] = {}
+
+    async def converged(count: int) -> dict[str, frozenset[Any]]:
+        async with asyncio.timeout(15):
+            while True:
+                registry.assert_safe()
+                held = {n: m.assignment().partitions for n, m in members.items()}
+                sizes = sorted(len(h) for h in held.values())
+                group = await service.stubs.describe("g")
+                if group.group_state == "Stable" and sum(sizes) == 12 and sizes[-1] - sizes[0] <= 1:
+                    assert len(held) == count
+                    return held
+                await asyncio.sleep(0.05)
+
+    try:
+        for i in range(4):
+            member = GroupMember(target, listener=registry.listener(f"m{i}"))
+            await member.join("g", topics=["orders"], client_assignors=[UniformAssignor()])
+            members[f"m{i}"] = member
+            held = await converged(i + 1)
+        assert sorted(len(h) for h in held.values()) == [3, 3, 3, 3]
+        group = await service.stubs.describe("g")
+        assert group.assignor_name == "uniform" and group.assignment_error == ""
+        # Sticky like the server-side one: a leaving member's partitions are the only ones that move.
+        before = {n: h for n, h in held.items() if n != "m3"}
+        await members.pop("m3").close()
+        held = await converged(3)
+        assert all(before[n] <= held[n] for n in held)
+    finally:
+        for member in members.values():
+            await member.abort()
