@@ -24,13 +24,12 @@ from dataclasses import replace
 
 from .context import Context, Result
 from .errors import (
-    GroupIdNotFound,
     InvalidAssignment,
     InvalidRequest,
-    StaleMemberEpoch,
     UnknownMemberId,
     UnsupportedAssignor,
 )
+from .membership import current_member
 from .messages import (
     AssignmentMemberView,
     InstallAssignment,
@@ -184,15 +183,8 @@ def _check_caller(group: Group | None, group_id: str, member_id: str, member_epo
     validate_id("MemberId", member_id)
     if member_epoch < 0:
         raise InvalidRequest(f"MemberEpoch must be >= 0, got {member_epoch}.")
-    if group is None:
-        raise GroupIdNotFound(f"Group {group_id} not found.")
-    member = group.members.get(member_id)
-    if member is None:
-        raise UnknownMemberId(f"Member {member_id} is not a member of group {group_id}.")
-    if member_epoch != member.member_epoch:
-        raise StaleMemberEpoch(
-            f"The member epoch ({member_epoch}) is not the current one ({member.member_epoch})."
-        )
+    current_member(group, group_id, member_id, member_epoch)
+    assert group is not None
     computation = group.computation
     if computation is None or computation.member_id != member_id:
         raise UnknownMemberId(

@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 from .context import CancelTimeouts, Context, Result, ScheduleAssignment
-from .errors import GroupIdNotFound, NonEmptyGroup
-from .model import Group, MemberState
+from .errors import GroupIdNotFound, NonEmptyGroup, StaleMemberEpoch, UnknownMemberId
+from .model import Group, Member, MemberState
 from .records import GroupMetadataRecord, GroupTombstone, Record, member_removal_records
 from .subscription import adjusted_counts, group_topics, metadata_hash
 from .target_assignment import compute_pending_assignment, next_assignment_ms
 from .topics import TopicsImage
+
+
+def current_member(group: Group | None, group_id: str, member_id: str, member_epoch: int) -> Member:
+    """The member an epoch-checked call is about: the group exists (GROUP_ID_NOT_FOUND), the
+    member exists (UNKNOWN_MEMBER_ID), and its epoch is exactly the current one (STALE_MEMBER_EPOCH)."""
+    if group is None:
+        raise GroupIdNotFound(f"Group {group_id} not found.")
+    member = group.members.get(member_id)
+    if member is None:
+        raise UnknownMemberId(f"Member {member_id} is not a member of group {group_id}.")
+    if member_epoch != member.member_epoch:
+        raise StaleMemberEpoch(
+            f"The member epoch ({member_epoch}) is not the current one ({member.member_epoch}): "
+            "use the epoch of the latest heartbeat response."
+        )
+    return member
 
 
 def throw_if_not_group_type(group: Group, group_type: str) -> None:

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from .context import Context, Result
 from .errors import (
     ErrorCode,
-    GroupIdNotFound,
     InvalidRequest,
-    StaleMemberEpoch,
     UnknownMemberId,
 )
+from .membership import current_member
 from .model import CONSUMER_GROUP_TYPE, CommittedOffset, Group, Member
 from .records import GroupMetadataRecord, OffsetCommitRecord, OffsetTombstone, Record
 from .validation import validate_group_id, validate_id
@@ -59,20 +58,6 @@ class FetchedOffset:
 
 def _is_admin(member_id: str, member_epoch: int) -> bool:
     return not member_id and member_epoch < 0
-
-
-def _member(group: Group | None, group_id: str, member_id: str, member_epoch: int) -> Member:
-    if group is None:
-        raise GroupIdNotFound(f"Group {group_id} not found.")
-    member = group.members.get(member_id)
-    if member is None:
-        raise UnknownMemberId(f"Member {member_id} is not a member of group {group_id}.")
-    if member_epoch != member.member_epoch:
-        raise StaleMemberEpoch(
-            f"The member epoch ({member_epoch}) is not the current one ({member.member_epoch}): "
-            "offsets are committed with the epoch of the latest heartbeat response."
-        )
-    return member
 
 
 def _owns(member: Member, topic_id: str, partition: int) -> bool:
@@ -111,7 +96,7 @@ def commit_offsets(
     else:
         if not member_id:
             raise InvalidRequest("MemberId can't be empty (use epoch -1 for an admin commit).")
-        member = _member(group, group_id, member_id, member_epoch)
+        member = current_member(group, group_id, member_id, member_epoch)
         committed_epoch = member_epoch
     outcomes: list[PartitionOutcome] = []
     for o in offsets:
@@ -161,7 +146,7 @@ def fetch_offsets(
     """Offsets of (topic id, partitions) pairs (all of a topic's when empty), or every one."""
     validate_group_id(group_id)
     if not _is_admin(member_id, member_epoch):
-        _member(group, group_id, member_id, member_epoch)
+        current_member(group, group_id, member_id, member_epoch)
     offsets = {} if group is None else group.offsets
     if wanted is None:
         return [FetchedOffset(t, p, c) for (t, p), c in sorted(offsets.items())]

@@ -114,3 +114,26 @@ class ClientAssignor(Protocol):
         ...
 
     def assign(self, group: GroupSnapshot) -> AssignmentPlan: ...
+
+
+class SimpleAssignor:
+    """Defaults for assignors with no metadata of their own (version 0, no bytes)."""
+
+    name: str = ""
+    #: The group type the assignor serves (CONSUMER or CONNECT).
+    serves: str = CONSUMER
+    minimum_version: int = 0
+    maximum_version: int = 0
+
+    def metadata(self) -> tuple[int, bytes]:
+        return 0, b""
+
+    def refuse(self, group: GroupSnapshot) -> AssignmentPlan | None:
+        """An error plan when `group` is not of the type this assignor serves."""
+        if group.group_type == self.serves:
+            return None
+        return AssignmentPlan(
+            assignments={},
+            error=1,
+            error_message=f"the {self.name} assignor serves {self.serves} groups, not {group.group_type!r}",
+        )

@@ -7,27 +7,20 @@ round robin. With no workers, everything is left unassigned.
 
 from __future__ import annotations
 
-from regroup.client.assignors.base import CONNECT, AssignmentPlan, GroupSnapshot, Resource
+from regroup.client.assignors.base import CONNECT, AssignmentPlan, GroupSnapshot, Resource, SimpleAssignor
 from regroup.client.types import ConnectorTaskId
 
 
-class EagerAssignor:
+class EagerAssignor(SimpleAssignor):
     """Round-robin of all connectors, then all tasks, over the workers (Connect's eager protocol)."""
 
     name: str = "eager"
-    minimum_version: int = 0
-    maximum_version: int = 0
-
-    def metadata(self) -> tuple[int, bytes]:
-        return 0, b""
+    serves = CONNECT
 
     def assign(self, group: GroupSnapshot) -> AssignmentPlan:
-        if group.group_type != CONNECT:
-            return AssignmentPlan(
-                assignments={},
-                error=1,
-                error_message=f"the eager assignor serves connect groups, not {group.group_type!r}",
-            )
+        refused = self.refuse(group)
+        if refused is not None:
+            return refused
         workers = sorted(m.member_id for m in group.members)
         if not workers:
             return AssignmentPlan(assignments={}, unassigned=group.resources())

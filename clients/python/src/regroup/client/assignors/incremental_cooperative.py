@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from regroup.client.assignors.base import CONNECT, AssignmentPlan, GroupSnapshot, Resource
+from regroup.client.assignors.base import CONNECT, AssignmentPlan, GroupSnapshot, Resource, SimpleAssignor
 from regroup.client.types import ConnectorTaskId
 
 STATE_VERSION = 1
@@ -114,28 +114,21 @@ def decode_state(state: bytes) -> tuple[dict[str, set[Resource]], dict[str, _Hel
         return {}, {}
 
 
-class IncrementalCooperativeAssignor:
+class IncrementalCooperativeAssignor(SimpleAssignor):
     """Sticky, balanced Connect assignment that holds a departed worker's work for a while."""
 
     name: str = "incremental_cooperative"
-    minimum_version: int = 0
-    maximum_version: int = 0
+    serves = CONNECT
 
     def __init__(self, scheduled_rebalance_max_delay_ms: int = 300_000) -> None:
         if scheduled_rebalance_max_delay_ms < 0:
             raise ValueError("scheduled_rebalance_max_delay_ms must be >= 0")
         self.scheduled_rebalance_max_delay_ms = scheduled_rebalance_max_delay_ms
 
-    def metadata(self) -> tuple[int, bytes]:
-        return 0, b""
-
     def assign(self, group: GroupSnapshot) -> AssignmentPlan:
-        if group.group_type != CONNECT:
-            return AssignmentPlan(
-                assignments={},
-                error=1,
-                error_message=f"the {self.name} assignor serves connect groups, not {group.group_type!r}",
-            )
+        refused = self.refuse(group)
+        if refused is not None:
+            return refused
         valid = group.resources()
         members = sorted(group.members, key=lambda m: m.member_id)
         if not members:

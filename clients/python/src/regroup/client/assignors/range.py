@@ -8,27 +8,20 @@ ids and subscriptions and the topics' partition counts.
 
 from __future__ import annotations
 
-from regroup.client.assignors.base import CONSUMER, AssignmentPlan, GroupSnapshot, Resource
+from regroup.client.assignors.base import CONSUMER, AssignmentPlan, GroupSnapshot, Resource, SimpleAssignor
 from regroup.client.types import TopicPartition
 
 
-class RangeAssignor:
+class RangeAssignor(SimpleAssignor):
     """Contiguous ranges of each topic's partitions over its subscribers (Kafka's "range")."""
 
     name: str = "range"
-    minimum_version: int = 0
-    maximum_version: int = 0
-
-    def metadata(self) -> tuple[int, bytes]:
-        return 0, b""
+    serves = CONSUMER
 
     def assign(self, group: GroupSnapshot) -> AssignmentPlan:
-        if group.group_type != CONSUMER:
-            return AssignmentPlan(
-                assignments={},
-                error=1,
-                error_message=f"the range assignor serves consumer groups, not {group.group_type!r}",
-            )
+        refused = self.refuse(group)
+        if refused is not None:
+            return refused
         members = sorted(group.members, key=lambda m: m.member_id)
         out: dict[str, set[Resource]] = {m.member_id: set() for m in members}
         for topic in sorted(group.topics, key=lambda t: (t.name, t.topic_id)):

@@ -32,28 +32,22 @@ from regroup.client.assignors.base import (
     AssignorMember,
     GroupSnapshot,
     Resource,
+    SimpleAssignor,
     TopicInfo,
 )
 from regroup.client.types import TopicPartition
 
 
-class UniformAssignor:
+class UniformAssignor(SimpleAssignor):
     """Sticky and balanced partition assignment for consumer groups."""
 
     name: str = "uniform"
-    minimum_version: int = 0
-    maximum_version: int = 0
-
-    def metadata(self) -> tuple[int, bytes]:
-        return 0, b""
+    serves = CONSUMER
 
     def assign(self, group: GroupSnapshot) -> AssignmentPlan:
-        if group.group_type != CONSUMER:
-            return AssignmentPlan(
-                assignments={},
-                error=1,
-                error_message=f"the uniform assignor serves consumer groups, not {group.group_type!r}",
-            )
+        refused = self.refuse(group)
+        if refused is not None:
+            return refused
         members = sorted(group.members, key=lambda m: m.member_id)
         if not members:
             return AssignmentPlan(assignments={})
