@@ -269,6 +269,8 @@ def install_assignment(group: Group | None, req: InstallAssignment, ctx: Context
 
 def _validated(req: InstallAssignment, prepared: PreparedSnapshot) -> dict[str, Assignment]:
     """The installation's per-member assignments, once every invariant holds."""
+    if req.repeated:
+        raise InvalidAssignment(f"{req.repeated[0]} is assigned twice.")
     owner: dict[tuple[str, int], str] = {}
     given: dict[str, Assignment] = {}
 

@@ -107,3 +107,6 @@ class InstallAssignment:
     members: tuple[tuple[str, Assignment], ...]
     unassigned: Assignment
     assignor_state: bytes
+    #: Resources the request listed more than once for the same member (or twice
+    #: as unassigned), which the merge into assignments would otherwise hide.
+    repeated: tuple[str, ...] = ()

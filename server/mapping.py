@@ -186,6 +186,16 @@ def prepare_to_pb(
     return out
 
 
+def _repeats(units: Iterable[tuple[str, int]], who: str) -> list[str]:
+    seen: set[tuple[str, int]] = set()
+    repeated = []
+    for unit in units:
+        if unit in seen:
+            repeated.append(f"{unit[0]}-{unit[1]} ({who})")
+        seen.add(unit)
+    return repeated
+
+
 def _topic_units(entries: Iterable[common_pb2.TopicPartitions], image: TopicsImage) -> Assignment:
     pairs = []
     for e in entries:
@@ -217,6 +227,14 @@ def install_from_pb(
         if connect
         else _topic_units(req.unassigned_topic_partitions, image)
     )
+    repeated: list[str] = []
+    for m in req.members:
+        if connect:
+            units = [(c, 0) for c in m.connect_assignment.connectors]
+            units += [(t.connector, t.task + 1) for t in m.connect_assignment.tasks]
+        else:
+            units = [(t.topic_id or t.topic_name, p) for t in m.topic_partitions for p in t.partitions]
+        repeated += _repeats(units, f"member {m.member_id}")
     return InstallAssignment(
         group_id=req.group_id,
         member_id=req.member_id,
@@ -227,6 +245,7 @@ def install_from_pb(
         members=members,
         unassigned=unassigned,
         assignor_state=req.assignor_state,
+        repeated=tuple(repeated),
     )
 
 

@@ -158,3 +158,58 @@ async def test_connectors_and_assignments_survive_a_restart(start_service: Servi
     after = await second.stubs.describe("connect-cluster")
     assert after == before
     assert held["w1"] == ALL
+
+
+async def test_connect_installations_are_validated_by_connector_and_task(fast: Service) -> None:
+    """A missing task, a duplicate, an unknown worker and a stale epoch: refused, nothing changed."""
+    async with GroupAdmin(f"127.0.0.1:{fast.server.port}") as admin:
+        await admin.put_connectors("c", {"A": 2})
+    stub = fast.stubs.coordinator
+    join = coordinator_pb2.ConnectGroupHeartbeatRequest(
+        group_id="c",
+        member_id="w1",
+        member_epoch=0,
+        rebalance_timeout_ms=5000,
+        url="http://w1",
+        owned=common_pb2.ConnectorsAndTasks(),
+        client_assignors=common_pb2.ClientAssignorList(
+            assignors=[common_pb2.ClientAssignor(name="eager", minimum_version=0, maximum_version=0)]
+        ),
+    )
+    joined = await stub.ConnectGroupHeartbeat(join)
+    assert joined.error_code == common_pb2.COMPUTE_ASSIGNMENT, joined.error_message
+    prepared = await stub.PrepareAssignment(
+        coordinator_pb2.PrepareAssignmentRequest(
+            group_id="c", member_id="w1", member_epoch=joined.member_epoch
+        )
+    )
+    assert prepared.group_type == "connect"
+    assert [(c.name, c.tasks) for c in prepared.connectors] == [("A", 2)]
+
+    def install(members: dict[str, tuple[list[str], list[int]]], epoch: int) -> Any:
+        request = coordinator_pb2.InstallAssignmentRequest(
+            group_id="c", member_id="w1", member_epoch=joined.member_epoch, group_epoch=epoch
+        )
+        for member_id, (connectors, tasks) in members.items():
+            request.members.add(member_id=member_id).connect_assignment.CopyFrom(
+                common_pb2.ConnectorsAndTasks(
+                    connectors=connectors,
+                    tasks=[common_pb2.ConnectorTaskId(connector="A", task=t) for t in tasks],
+                )
+            )
+        return stub.InstallAssignment(request)
+
+    before = await fast.stubs.describe("c")
+    epoch = prepared.group_epoch
+    for case, members, at in [
+        ("missing task", {"w1": (["A"], [0])}, epoch),
+        ("duplicate task", {"w1": (["A"], [0, 1, 1])}, epoch),
+        ("no such task", {"w1": (["A"], [0, 1, 2])}, epoch),
+        ("unknown worker", {"w1": (["A"], [0]), "w9": ([], [1])}, epoch),
+        ("stale group epoch", {"w1": (["A"], [0, 1])}, epoch - 1),
+    ]:
+        response = await install(members, at)
+        assert response.error_code == common_pb2.INVALID_ASSIGNMENT, case
+    assert await fast.stubs.describe("c") == before
+    ok = await install({"w1": (["A"], [0, 1])}, epoch)
+    assert ok.error_code == common_pb2.NONE, ok.error_message
