@@ -4,6 +4,7 @@ fencing and revoke-then-assign reconciliation as consumer groups."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -213,3 +214,31 @@ async def test_connect_installations_are_validated_by_connector_and_task(fast: S
     assert await fast.stubs.describe("c") == before
     ok = await install({"w1": (["A"], [0, 1])}, epoch)
     assert ok.error_code == common_pb2.NONE, ok.error_message
+
+
+async def test_sync_connect_workers_from_threads(workers: Workers) -> None:
+    from regroup.client import SyncConnectWorker
+    from regroup.client.assignors import EagerAssignor
+
+    def scenario() -> list[frozenset[Any]]:
+        registry = workers.registry
+        with (
+            SyncConnectWorker(workers.target, listener=registry.listener("s1")) as s1,
+            SyncConnectWorker(workers.target, listener=registry.listener("s2")) as s2,
+        ):
+            s1.join("eager-cluster", url="http://s1", client_assignors=[EagerAssignor()])
+            s2.join("eager-cluster", url="http://s2", client_assignors=[EagerAssignor()])
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                held = [s.assignment().partitions for s in (s1, s2)]
+                if held[0] | held[1] == ALL and held[0] and held[1]:
+                    return held
+                time.sleep(0.05)
+            raise AssertionError(f"no convergence: {[s.assignment() for s in (s1, s2)]}")
+
+    async with GroupAdmin(workers.target) as admin:
+        await admin.put_connectors("eager-cluster", CONNECTORS)
+    held = await asyncio.to_thread(scenario)
+    assert held[0] | held[1] == ALL
+    # Safety from the callbacks' own timeline (two snapshots taken one after the other could straddle a handover).
+    workers.registry.assert_safe()

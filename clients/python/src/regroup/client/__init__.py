@@ -9,7 +9,7 @@ from regroup.client.admin import GroupAdmin, SyncGroupAdmin
 from regroup.client.connect import ConnectWorker, WorkerListener
 from regroup.client.errors import CommitFailed, RegroupError
 from regroup.client.member import GroupMember, MemberOptions
-from regroup.client.sync import SyncGroupMember
+from regroup.client.sync import SyncConnectWorker, SyncGroupMember
 from regroup.client.types import (
     Assignment,
     ConnectorTaskId,
@@ -31,6 +31,7 @@ __all__ = [
     "PartitionToken",
     "RebalanceListener",
     "RegroupError",
+    "SyncConnectWorker",
     "SyncGroupAdmin",
     "SyncGroupMember",
     "TopicPartition",

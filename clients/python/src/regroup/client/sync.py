@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 import grpc
 
+from regroup.client.assignors.base import ClientAssignor
+from regroup.client.connect import ConnectWorker
 from regroup.client.errors import RegroupError
 from regroup.client.member import GroupMember, MemberOptions
 from regroup.client.types import Assignment, RebalanceListener, TopicPartition
@@ -50,6 +52,8 @@ class _InWorkerThread:
 
 
 class SyncGroupMember:
+    _member_class: type[GroupMember] = GroupMember
+
     """`with SyncGroupMember(target, listener=...) as member: member.join(...)`.
 
     Every method may be called from any thread; `assignment()` returns an
@@ -72,7 +76,7 @@ class SyncGroupMember:
 
         async def make() -> GroupMember:
             # The channel must be created on the loop that will use it.
-            return GroupMember(
+            return self._member_class(
                 target,
                 listener=_InWorkerThread(listener),
                 member_id=member_id,
@@ -156,3 +160,31 @@ class SyncGroupMember:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SyncConnectWorker(SyncGroupMember):
+    """The synchronous twin of ConnectWorker; listener methods (on_assigned,
+    on_revoked, on_lost) run in worker threads."""
+
+    _member_class = ConnectWorker
+
+    def join(  # type: ignore[override]
+        self,
+        group_id: str,
+        *,
+        url: str,
+        instance_id: str | None = None,
+        client_assignors: Sequence[ClientAssignor] | None = None,
+        assignor: str | None = None,
+    ) -> None:
+        worker = self._member
+        assert isinstance(worker, ConnectWorker)
+        self._call(
+            worker.join(
+                group_id,
+                url=url,
+                instance_id=instance_id,
+                client_assignors=client_assignors,
+                assignor=assignor,
+            )
+        )
