@@ -240,5 +240,5 @@ async def test_sync_connect_workers_from_threads(workers: Workers) -> None:
         await admin.put_connectors("eager-cluster", CONNECTORS)
     held = await asyncio.to_thread(scenario)
     assert held[0] | held[1] == ALL
-    # Safety from the callbacks' own timeline (two snapshots taken one after the other could straddle a handover).
+    # Safety from the callbacks' own timeline: two snapshots taken in turn may straddle a handover.
     workers.registry.assert_safe()
