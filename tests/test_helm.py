@@ -45,3 +45,35 @@ def test_schema_requires_a_database_and_a_single_replica(helm: str) -> None:
     two = run(helm, "template", "rg", str(CHART), "--set", "database.url=x", "--set", "replicaCount=2")
     assert two.returncode != 0
     assert "replicaCount" in two.stderr
+
+
+def test_rendered_environment_is_read_by_the_server(helm: str) -> None:
+    """Every REGROUP_* value the chart renders parses as the server's configuration
+    (Helm turns large integers into floats such as 4.194304e+06 unless told not to)."""
+    import yaml
+
+    from regroup.server.config import load_settings
+
+    rendered = run(
+        helm,
+        "template",
+        "rg",
+        str(CHART),
+        "--set",
+        "database.url=postgresql://db/regroup",
+        "--set",
+        "config.maxGroupSize=5000",
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    deployment = next(d for d in yaml.safe_load_all(rendered.stdout) if d and d.get("kind") == "Deployment")
+    env = {
+        e["name"]: e["value"]
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        if "value" in e and e["name"].startswith("REGROUP_")
+    }
+    assert "e+" not in "".join(env.values()), env
+    settings = load_settings(env)
+    assert settings.max_message_bytes == 4_194_304
+    assert settings.max_group_size == 5000
+    assert settings.offsets_retention_ms == 604_800_000
+    assert settings.assignment_interval_ms == 1000

@@ -33,17 +33,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - name: REGROUP_LISTEN
   value: "0.0.0.0:{{ .Values.service.port }}"
 - name: REGROUP_SESSION_TIMEOUT_MS
-  value: {{ .Values.config.sessionTimeoutMs | quote }}
+  value: {{ int64 .Values.config.sessionTimeoutMs | quote }}
 - name: REGROUP_HEARTBEAT_INTERVAL_MS
-  value: {{ .Values.config.heartbeatIntervalMs | quote }}
+  value: {{ int64 .Values.config.heartbeatIntervalMs | quote }}
 {{- if gt (int .Values.config.maxGroupSize) 0 }}
 - name: REGROUP_MAX_GROUP_SIZE
-  value: {{ .Values.config.maxGroupSize | quote }}
+  value: {{ int64 .Values.config.maxGroupSize | quote }}
 {{- end }}
 - name: REGROUP_ASSIGNORS
   value: {{ .Values.config.assignors | quote }}
 - name: REGROUP_MAX_MESSAGE_BYTES
-  value: {{ .Values.config.maxMessageBytes | quote }}
+  value: {{ int64 .Values.config.maxMessageBytes | quote }}
+- name: REGROUP_ASSIGNMENT_INTERVAL_MS
+  value: {{ int64 .Values.config.assignmentIntervalMs | quote }}
+- name: REGROUP_INLINE_ASSIGNMENT_MAX_PARTITIONS
+  value: {{ int64 .Values.config.inlineAssignmentMaxPartitions | quote }}
+- name: REGROUP_OFFSETS_RETENTION_MS
+  value: {{ int64 .Values.config.offsetsRetentionMs | quote }}
+- name: REGROUP_OFFSETS_RETENTION_CHECK_MS
+  value: {{ int64 .Values.config.offsetsRetentionCheckMs | quote }}
 - name: REGROUP_SHUTDOWN_GRACE_S
   value: {{ .Values.config.shutdownGraceSeconds | quote }}
 - name: REGROUP_LOG_LEVEL
