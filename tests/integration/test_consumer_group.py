@@ -254,7 +254,7 @@ async def test_big_group_target_is_computed_off_the_event_loop(start_service: Se
     assert (await service.stubs.describe("g1")).group_state == "Assigning"
     assert member.partitions() == set()
 
-    # The assignment timer is due at once; the timer loop runs it in a worker thread.
+    # The assignment timer is due at once; the timer loop has the worker process compute it.
     for _ in range(500):
         if (await service.stubs.describe("g1")).assignment_epoch == 1:
             break
