@@ -17,8 +17,10 @@ whose target moved. If the worker's copy is not the one a request builds on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import multiprocessing
+import os
 from collections.abc import Collection
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -29,6 +31,10 @@ from regroup.reconciler.assignors import GroupSpec, MemberSpec
 from regroup.reconciler.errors import CoordinatorNotAvailable
 from regroup.reconciler.model import Assignment
 from regroup.reconciler.target_assignment import PendingAssignment
+
+#: The worker's niceness: computing a target is batch work, and on a busy machine it
+#: should wait for the heartbeats (of this process and its database), not delay them.
+WORKER_NICENESS = 10
 
 #: A member as sent: member id, instance id, rack id, subscribed topic ids.
 _WireMember = tuple[str, str | None, str | None, frozenset[str]]
@@ -61,6 +67,8 @@ _copies: dict[str, tuple[int, dict[str, Assignment]]] = {}
 def _init_worker(config: GroupConfig) -> None:
     global _config
     _config = config
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no os.nice (Windows)
+        os.nice(WORKER_NICENESS)
 
 
 def _compute(request: _Request) -> list[Record] | None:
