@@ -8,6 +8,7 @@ recorded (Kafka's TargetAssignmentBuilder).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from .assignors import GroupSpec, MemberSpec
 from .context import Context, GroupConfig
@@ -53,16 +54,10 @@ def assignor_counts_of(members: Iterable[Member]) -> dict[str, int]:
     return counts
 
 
-def compute_target_assignment(
-    members: Mapping[str, Member],
-    current_targets: Mapping[str, Assignment],
-    image: TopicsImage,
-    assignor_name: str,
-    config: GroupConfig,
-    group_epoch: int,
-    now_ms: int | None = None,
-) -> tuple[list[Record], dict[str, Assignment]]:
-    """Runs the assignor; returns the records of what changed and the new targets."""
+def group_spec(
+    members: Mapping[str, Member], current_targets: Mapping[str, Assignment], image: TopicsImage
+) -> GroupSpec:
+    """The assignor's input: members with their subscribed topic ids and current targets."""
     # Members with one subscription share one names tuple (canonical_names), so
     # the tuple's identity keys this cache: hashing 1,000 names per member is
     # what resolving subscriptions used to cost for big groups.
@@ -83,7 +78,17 @@ def compute_target_assignment(
             subscribed_topic_ids=ids,
             current=current_targets.get(member_id, EMPTY_ASSIGNMENT),
         )
-    spec = GroupSpec(members=specs, topics={t: image.by_id[t] for t in sorted(topic_ids)})
+    return GroupSpec(members=specs, topics={t: image.by_id[t] for t in sorted(topic_ids)})
+
+
+def assign_target(
+    spec: GroupSpec, assignor_name: str, config: GroupConfig, group_epoch: int, now_ms: int | None = None
+) -> tuple[list[Record], dict[str, Assignment]]:
+    """Runs the assignor on `spec`; returns the records of what changed and the new targets.
+
+    Depends on nothing but its arguments, so the shell may run it in another
+    process (inputs and records are plain data).
+    """
     try:
         targets = config.assignors[assignor_name].assign(spec)
     except Exception as e:
@@ -93,10 +98,10 @@ def compute_target_assignment(
         ) from e
 
     records: list[Record] = []
-    for member_id in sorted(members):
+    for member_id in sorted(spec.members):
         new = targets.get(member_id, EMPTY_ASSIGNMENT)
         targets[member_id] = new
-        old = current_targets.get(member_id, EMPTY_ASSIGNMENT)
+        old = spec.members[member_id].current
         # Assignors return the very object for an unchanged target: skip the deep compare.
         if new is not old and new != old:
             records.append(TargetAssignmentMemberRecord(member_id, new))
@@ -104,14 +109,47 @@ def compute_target_assignment(
     return records, targets
 
 
+def compute_target_assignment(
+    members: Mapping[str, Member],
+    current_targets: Mapping[str, Assignment],
+    image: TopicsImage,
+    assignor_name: str,
+    config: GroupConfig,
+    group_epoch: int,
+    now_ms: int | None = None,
+) -> tuple[list[Record], dict[str, Assignment]]:
+    """Runs the assignor; returns the records of what changed and the new targets."""
+    spec = group_spec(members, current_targets, image)
+    return assign_target(spec, assignor_name, config, group_epoch, now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAssignment:
+    """Everything computing a group's pending target needs, as plain data."""
+
+    group_epoch: int
+    now_ms: int
+    assignor: str
+    spec: GroupSpec
+
+    def compute(self, config: GroupConfig) -> list[Record]:
+        """The records of the new target (pure; may run in another process)."""
+        records, _ = assign_target(self.spec, self.assignor, config, self.group_epoch, self.now_ms)
+        return records
+
+
+def pending_assignment(group: Group, ctx: Context) -> PendingAssignment | None:
+    """The target computation a group whose epoch moved ahead of it needs, or None."""
+    if group.group_epoch <= group.assignment_epoch:
+        return None
+    if any(m.client_assignors for m in group.members.values()):
+        return None  # a member computes this group's target (client_assignment.py)
+    assignor = preferred_assignor(group.server_assignor_counts(), ctx.config)
+    spec = group_spec(group.members, group.target, ctx.image)
+    return PendingAssignment(group.group_epoch, ctx.now_ms, assignor, spec)
+
+
 def compute_pending_assignment(group: Group, ctx: Context) -> list[Record]:
     """The target for a group whose epoch moved ahead of it (the batching timer's job)."""
-    if group.group_epoch <= group.assignment_epoch:
-        return []
-    if any(m.client_assignors for m in group.members.values()):
-        return []  # a member computes this group's target (client_assignment.py)
-    assignor = preferred_assignor(group.server_assignor_counts(), ctx.config)
-    records, _ = compute_target_assignment(
-        group.members, group.target, ctx.image, assignor, ctx.config, group.group_epoch, ctx.now_ms
-    )
-    return records
+    pending = pending_assignment(group, ctx)
+    return [] if pending is None else pending.compute(ctx.config)

@@ -31,7 +31,7 @@ class Settings:
     assignors: tuple[str, ...] = ("uniform", "range")
     #: At most one target computation per group per interval (Kafka 4.3's default).
     assignment_interval_ms: int = 1_000
-    #: Larger groups get their target computed off the event loop (by the assignment timer).
+    #: Larger groups get their target computed by the assignment timer, in a worker process.
     inline_assignment_max_partitions: int = 10_000
     max_message_bytes: int = 4 * 1024 * 1024
     #: Offsets of an empty group expire this long after their commit; 0 keeps them.

@@ -4,6 +4,7 @@ For every operation on a group: take the group's lock, run the pure engine
 with the current time and topic image, store the records it returned in one
 transaction, replay them into memory, arm its timers, and only then answer.
 An operation that produced no record writes nothing. Groups run concurrently.
+A big group's target is computed in a worker process (see `assigner.py`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,7 +39,6 @@ from regroup.reconciler import (
     TopicsImage,
     consumer_group_heartbeat,
     delete_group,
-    on_assignment_timer,
     on_rebalance_timeout,
     on_session_timeout,
     refresh_metadata,
@@ -72,15 +72,19 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
 )
 from regroup.reconciler.subscription import subscribes_to_any
+from regroup.reconciler.target_assignment import pending_assignment
 from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_name
 from regroup.reconciler.validation import validate_id
 
+from .assigner import Assigner
 from .clock import Clock
 from .store import NotOwner, PostgresStore, PreparedWrite, StoreUnavailable, prepare_write
 from .timers import TimerKey, TimerQueue
 
 T = TypeVar("T")
 Operation = Callable[[Group | None, Context], Result[T]]
+#: An operation that awaits part of its work elsewhere (the group stays locked meanwhile).
+AsyncOperation = Callable[[Group | None, Context], Awaitable[Result[T]]]
 
 #: How long to wait before retrying a timeout whose fencing could not be stored.
 TIMER_RETRY_MS = 1_000
@@ -88,6 +92,8 @@ TIMER_RETRY_MS = 1_000
 TIMER_TICK_MS = 10
 #: The periodic look for expired offsets (not a group's timer).
 OFFSETS_SWEEP = TimerKey("", "", "offsets")
+#: An operation computed elsewhere with more records than this prepares its rows in a thread.
+PREPARE_INLINE_MAX_RECORDS = 32
 
 
 class _KeyedLocks:
@@ -145,6 +151,7 @@ class Coordinator:
         self._stale: set[str] = set()
         self._topic_lock = asyncio.Lock()
         self._timer_task: asyncio.Task[None] | None = None
+        self.assigner = Assigner(config)
         self.log = structlog.get_logger("regroup")
 
     # -- lifecycle ---------------------------------------------------------------
@@ -180,6 +187,7 @@ class Coordinator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer_task
             self._timer_task = None
+        await self.assigner.close()
 
     def _arm_loaded_timers(self, group: Group, now: int) -> None:
         """As Kafka does on load: a full session for everyone, and a full
@@ -210,33 +218,31 @@ class Coordinator:
     async def run(
         self,
         group_id: str,
-        op: Operation[T],
+        op: Operation[T] | AsyncOperation[T],
         *,
         cause: str,
         new_member_id: str = "",
-        offload: bool = False,
         group_type: str | None = None,
     ) -> T:
         """Runs `op` on the group under its lock; stores and replays its records.
 
-        With `offload`, the operation and the preparation of its rows run in a
-        worker thread (the lock keeps the group unchanged meanwhile), so that a
-        big computation does not hold up other groups' heartbeats.
+        An `AsyncOperation` may await work done elsewhere (a big target in the
+        worker process): the lock keeps the group unchanged meanwhile, and a
+        large write it returns is prepared in a thread.
         """
         lock = self._locks.take(group_id)
         try:
             async with lock:
-                return await self._run_locked(group_id, op, cause, new_member_id, offload, group_type)
+                return await self._run_locked(group_id, op, cause, new_member_id, group_type)
         finally:
             self._locks.give_back(group_id)
 
     async def _run_locked(
         self,
         group_id: str,
-        op: Operation[T],
+        op: Operation[T] | AsyncOperation[T],
         cause: str,
         new_member_id: str,
-        offload: bool,
         group_type: str | None = None,
     ) -> T:
         """Runs `op` with the group's lock held."""
@@ -246,10 +252,13 @@ class Coordinator:
             now_ms=self.clock.now_ms(), config=self.config, image=image, new_member_id=new_member_id
         )
         write: PreparedWrite | None = None
-        if offload:
-            result, write = await asyncio.to_thread(_run_and_prepare, op, group, ctx, group_id)
+        outcome = op(group, ctx)
+        if isinstance(outcome, Result):
+            result = outcome
         else:
-            result = op(group, ctx)
+            result = await outcome
+            if len(result.records) > PREPARE_INLINE_MAX_RECORDS:
+                write = await asyncio.to_thread(prepare_write, group_id, result.records)
         if result.records:
             await self._store(group_id, write or result.records)
             self._log_records(group, group_id, result.records, cause)
@@ -261,6 +270,7 @@ class Coordinator:
                 raise
             if replayed is None:
                 self.groups.pop(group_id, None)
+                self.assigner.forget((group_id,))
             else:
                 self.groups[group_id] = replayed
         self._apply_timers(group_id, result.timers)
@@ -395,7 +405,6 @@ class Coordinator:
                     lambda g, ctx: put_connectors(g, ctx),
                     "connectors_changed",
                     "",
-                    False,
                     "connect",
                 )
         finally:
@@ -497,13 +506,13 @@ class Coordinator:
                 return Result(False)
             if key.kind == "session":
                 return on_session_timeout(group, key.member_id, ctx)
-            if key.kind == "assignment":
-                return on_assignment_timer(group, ctx)
             return on_rebalance_timeout(group, key.member_id, payload, ctx)
 
         cause = "assignment" if key.kind == "assignment" else f"{key.kind}_timeout"
         try:
-            return await self.run(key.group_id, op, cause=cause, offload=key.kind == "assignment")
+            if key.kind == "assignment":
+                return await self.run(key.group_id, self._assignment_op(key), cause=cause)
+            return await self.run(key.group_id, op, cause=cause)
         except (CoordinatorNotAvailable, NotCoordinator) as e:
             self.log.warning(
                 "timeout_not_applied",
@@ -515,6 +524,26 @@ class Coordinator:
             if self.timers.deadline(key) is None:
                 self.timers.schedule(key, self.clock.now_ms() + TIMER_RETRY_MS, payload)
             return False
+
+    def _assignment_op(self, key: TimerKey) -> AsyncOperation[bool]:
+        """The assignment timer's operation: a big group's target is computed by the worker
+        process, a small one's at once (as a heartbeat would)."""
+
+        async def op(group: Group | None, ctx: Context) -> Result[bool]:
+            if group is None or self.timers.deadline(key) is not None:
+                return Result(False)
+            pending = pending_assignment(group, ctx)
+            if pending is None:
+                return Result(False)
+            limit = ctx.config.inline_assignment_max_partitions
+            partitions = sum(t.num_partitions for t in pending.spec.topics.values())
+            if limit is None or partitions <= limit:
+                records = pending.compute(ctx.config)
+            else:
+                records = await self.assigner.compute(key.group_id, pending)
+            return Result(True, tuple(records))
+
+        return op
 
     # -- topics ------------------------------------------------------------------------
 
@@ -640,14 +669,6 @@ class Coordinator:
                     )
                 case _:
                     pass
-
-
-def _run_and_prepare(
-    op: Operation[T], group: Group | None, ctx: Context, group_id: str
-) -> tuple[Result[T], PreparedWrite | None]:
-    """An operation and its rows, computed together in a worker thread."""
-    result = op(group, ctx)
-    return result, prepare_write(group_id, result.records) if result.records else None
 
 
 def _store_error(e: StoreUnavailable) -> ApiError:
