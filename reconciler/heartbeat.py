@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 
-from .client_assignment import check_assignor_overlap, plan_computation, uses_client_assignors
+from .client_assignment import check_assignor_overlap, plan_computation
 from .context import (
     CancelRebalanceTimeout,
     CancelTimeouts,
@@ -67,7 +67,7 @@ from .target_assignment import (
     next_assignment_ms,
     preferred_assignor,
 )
-from .topics import Topic, TopicsImage
+from .topics import Topic, TopicsImage, resolve_topic_id
 from .validation import validate_consumer_group_heartbeat
 
 
@@ -145,17 +145,17 @@ def _heartbeat(
         records.append(TargetAssignmentMemberRecord(member.member_id, target))
     assignment_epoch = group.assignment_epoch
     compute_assignment = False
-    if group_epoch > assignment_epoch and (member.client_assignors or before.client_assignors):
-        # Client-side assignment: choose (or keep) the member that computes the
-        # target; that member learns it from this or its next heartbeat.
+    if group_epoch > assignment_epoch and member.client_assignors:
+        # Client-side assignment (check_assignor_overlap keeps a group all client-side
+        # or all server-side, so this member speaks for the group): choose (or keep)
+        # the member that computes the target; it learns it from this or its next heartbeat.
         members = dict(group.members)
         if lookup.replaced is not None:
             del members[lookup.replaced.member_id]
         members[member.member_id] = member
-        if uses_client_assignors(members.values()):
-            computation_records, computation = plan_computation(group, members, ctx)
-            records.extend(computation_records)
-            compute_assignment = computation is not None and computation.member_id == member.member_id
+        computation_records, computation = plan_computation(group, members, ctx)
+        records.extend(computation_records)
+        compute_assignment = computation is not None and computation.member_id == member.member_id
     elif group_epoch > assignment_epoch and assignment_due(group, ctx) and _cheap_enough(group, topics, ctx):
         previous = (before,) if before.member_id in group.members else ()
         assignor = preferred_assignor(
@@ -371,14 +371,10 @@ def _resolve_owned(req: ConsumerGroupHeartbeat, image: TopicsImage) -> Assignmen
     so that they can never pass as a subset of an assignment."""
     if req.owned_topic_partitions is None:
         return None
-    pairs = []
-    for entry in req.owned_topic_partitions:
-        topic_id = entry.topic_id
-        if not topic_id:
-            topic = image.by_name.get(entry.topic_name)
-            topic_id = topic.topic_id if topic is not None else f"unknown-topic-name:{entry.topic_name}"
-        pairs.append((topic_id, entry.partitions))
-    return make_assignment(pairs)
+    return make_assignment(
+        (resolve_topic_id(image, entry.topic_id, entry.topic_name), entry.partitions)
+        for entry in req.owned_topic_partitions
+    )
 
 
 def _topics_after(

@@ -32,10 +32,6 @@ def throw_if_not_group_type(group: Group, group_type: str) -> None:
         raise GroupIdNotFound(f"Group {group.group_id} is not a {group_type} group.")
 
 
-def throw_if_not_consumer_group(group: Group) -> None:
-    throw_if_not_group_type(group, "consumer")
-
-
 def fence_member_records(group: Group, member_id: str, image: TopicsImage) -> list[Record]:
     """Removes a member and bumps the group epoch (leave, session or rebalance timeout)."""
     member = group.members[member_id]

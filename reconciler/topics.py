@@ -72,6 +72,15 @@ class TopicsImage:
         return TopicsImage(topics.values(), self.version + 1)
 
 
+def resolve_topic_id(image: TopicsImage, topic_id: str, name: str) -> str:
+    """The id of a topic named by id or by name. An unknown name keeps a key that no
+    assignment uses, so that it can never pass as a subset of one, nor as a valid unit."""
+    if topic_id:
+        return topic_id
+    topic = image.by_name.get(name)
+    return topic.topic_id if topic is not None else f"unknown-topic-name:{name}"
+
+
 def validate_topic_name(name: str) -> None:
     if not name:
         raise InvalidTopic("Topic name can't be empty.")

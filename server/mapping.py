@@ -19,6 +19,7 @@ from regroup.reconciler.context import GroupConfig
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Member, make_assignment
 from regroup.reconciler.target_assignment import preferred_assignor
+from regroup.reconciler.topics import resolve_topic_id
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
 
@@ -197,14 +198,7 @@ def _repeats(units: Iterable[tuple[str, int]], who: str) -> list[str]:
 
 
 def _topic_units(entries: Iterable[common_pb2.TopicPartitions], image: TopicsImage) -> Assignment:
-    pairs = []
-    for e in entries:
-        topic_id = e.topic_id
-        if not topic_id:
-            topic = image.by_name.get(e.topic_name)
-            topic_id = topic.topic_id if topic is not None else f"unknown-topic-name:{e.topic_name}"
-        pairs.append((topic_id, tuple(e.partitions)))
-    return make_assignment(pairs)
+    return make_assignment((resolve_topic_id(image, e.topic_id, e.topic_name), e.partitions) for e in entries)
 
 
 def _connect_units(value: common_pb2.ConnectorsAndTasks) -> Assignment:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -277,8 +277,14 @@ class Coordinator:
         return result.response
 
     async def _store(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
-        try:
+        async with self._storing(group_id):
             await self.store.append(group_id, records)
+
+    @contextlib.asynccontextmanager
+    async def _storing(self, group_id: str) -> AsyncIterator[None]:
+        """Maps the store's failures of a write to the group to protocol errors."""
+        try:
+            yield
         except StoreUnavailable as e:
             # The commit may or may not have happened: reload before the next use.
             self._stale.add(group_id)
@@ -411,14 +417,8 @@ class Coordinator:
             self._locks.give_back(group_id)
 
     async def _store_connectors(self, group_id: str, connectors: dict[str, int]) -> None:
-        try:
+        async with self._storing(group_id):
             await self.store.put_connectors(group_id, connectors)
-        except StoreUnavailable as e:
-            self._stale.add(group_id)
-            raise _store_error(e) from e
-        except NotOwner as e:
-            self._stale.add(group_id)
-            raise NotCoordinator(str(e)) from e
         if connectors:
             self.connectors[group_id] = connectors
         else:
