@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import signal
 import sys
 
@@ -24,6 +25,13 @@ async def _serve(settings: Settings) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await server.start()
+    # Everything alive now (modules, gRPC and Postgres machinery, the groups
+    # loaded at start) lives as long as the process: moving it out of the
+    # collector's reach shortens every full collection, which pauses the event
+    # loop (in the stall benchmark from about 30 ms to 5 ms). Garbage is
+    # collected first, so nothing is frozen that should have been freed.
+    gc.collect()
+    gc.freeze()
     try:
         await stop.wait()
     finally:
