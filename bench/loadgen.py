@@ -255,6 +255,12 @@ class _Worker:
                 await asyncio.sleep(wait)
 
         members = self.live()
+        if member_ids is not None:
+            # Only these (a member added to a group that is already heartbeating): a
+            # second loop for everyone would double their heartbeats and start the
+            # newcomers up to an interval late, behind the others' spread-out offsets.
+            wanted = set(member_ids)
+            members = [m for m in members if m.spec.member_id in wanted]
         await asyncio.gather(*(loop(m, interval * i / max(1, len(members))) for i, m in enumerate(members)))
         return {"calls": self.calls - calls_before, "latencies_us": recorded or []}
 
