@@ -269,7 +269,7 @@ class Group:
         #: list: it holds no objects, so the cyclic collector never walks it (a
         #: list of 100,000 epochs added milliseconds to every full collection).
         self._partition_epochs: dict[str, array[int]] = {}
-        #: topic id -> how many of its partitions are owned (the list goes at 0).
+        #: topic id -> how many of its partitions are owned (the array goes at 0).
         self._owned_counts: dict[str, int] = {}
         self._topic_name_counts: dict[str, int] = {}
         self._regex_counts: dict[str, int] = {}

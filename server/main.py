@@ -25,14 +25,14 @@ async def _serve(settings: Settings) -> None:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await server.start()
-    # Everything alive now (modules, gRPC and Postgres machinery, the groups
-    # loaded at start) lives as long as the process: moving it out of the
-    # collector's reach shortens every full collection, which pauses the event
-    # loop (in the stall benchmark from about 30 ms to 5 ms). Garbage is
-    # collected first, so nothing is frozen that should have been freed; an
-    # object frozen here that later ends in a reference cycle (a pool connection
-    # replaced by a new one) is never reclaimed, which is bounded by what is
-    # alive now, once: objects created later are collected as usual.
+    # Most of what is alive now (modules, gRPC and Postgres machinery) lives as
+    # long as the process: moving it out of the collector's reach shortens every
+    # full collection, which pauses the event loop (in the stall benchmark from
+    # about 30 ms to 5 ms). Frozen objects are still freed when their last
+    # reference goes (the groups loaded at start, as they change); only one that
+    # later ends in a reference cycle (a pool connection replaced by a new one)
+    # is never reclaimed, which is bounded by what is alive now, once. Garbage
+    # is collected first, so nothing is frozen that should have been freed.
     gc.collect()
     gc.freeze()
     try:
