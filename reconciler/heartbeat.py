@@ -64,6 +64,7 @@ from .subscription import adjusted_counts, canonical_names, group_topics, member
 from .target_assignment import (
     assignment_due,
     compute_target_assignment,
+    fits_inline,
     next_assignment_ms,
     preferred_assignor,
 )
@@ -395,18 +396,13 @@ def _topics_after(
 
 
 def _cheap_enough(group: Group, topics: list[Topic] | None, ctx: Context) -> bool:
-    """Whether the target may be computed inside this heartbeat.
-
-    Beyond `inline_assignment_max_partitions` the heartbeat leaves it to the
-    assignment timer, which the shell runs off the event loop, so that a big
-    group's assignor never stalls the heartbeats of other groups.
-    """
-    limit = ctx.config.inline_assignment_max_partitions
-    if limit is None:
+    """Whether the target may be computed inside this heartbeat (else the
+    assignment timer computes it, in the shell's worker process)."""
+    if ctx.config.inline_assignment_max_partitions is None:
         return True
     if topics is None:
         topics = group_topics(ctx.image, group.subscribed_topic_names(), group.subscribed_regexes())
-    return sum(t.num_partitions for t in topics) <= limit
+    return fits_inline(topics, ctx.config)
 
 
 def _is_full_request(req: ConsumerGroupHeartbeat) -> bool:

@@ -16,7 +16,7 @@ from .errors import UnknownServerError
 from .model import EMPTY_ASSIGNMENT, Assignment, Group, Member
 from .records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
 from .subscription import member_topic_ids
-from .topics import TopicsImage
+from .topics import Topic, TopicsImage
 
 
 def preferred_assignor(assignor_counts: Mapping[str, int], config: GroupConfig) -> str:
@@ -44,6 +44,14 @@ def next_assignment_ms(group: Group, ctx: Context) -> int:
 
 def assignment_due(group: Group, ctx: Context) -> bool:
     return next_assignment_ms(group, ctx) <= ctx.now_ms
+
+
+def fits_inline(topics: Iterable[Topic], config: GroupConfig) -> bool:
+    """Whether a target over `topics` is small enough to compute on the event loop
+    (inside a heartbeat, or by the timer itself); bigger ones go to the shell's
+    worker process, so that a big group's assignor never stalls other groups."""
+    limit = config.inline_assignment_max_partitions
+    return limit is None or sum(t.num_partitions for t in topics) <= limit
 
 
 def assignor_counts_of(members: Iterable[Member]) -> dict[str, int]:
@@ -131,6 +139,9 @@ class PendingAssignment:
     now_ms: int
     assignor: str
     spec: GroupSpec
+
+    def fits_inline(self, config: GroupConfig) -> bool:
+        return fits_inline(self.spec.topics.values(), config)
 
     def compute(self, config: GroupConfig) -> list[Record]:
         """The records of the new target (pure; may run in another process)."""

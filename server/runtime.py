@@ -535,13 +535,11 @@ class Coordinator:
             pending = pending_assignment(group, ctx)
             if pending is None:
                 return Result(False)
-            limit = ctx.config.inline_assignment_max_partitions
-            partitions = sum(t.num_partitions for t in pending.spec.topics.values())
-            if limit is None or partitions <= limit:
+            if pending.fits_inline(ctx.config):
                 records = pending.compute(ctx.config)
             else:
                 records = await self.assigner.compute(key.group_id, pending)
-            return Result(True, tuple(records))
+            return Result(bool(records), tuple(records))
 
         return op
 
