@@ -37,9 +37,21 @@ def peer_host(peer: str) -> str:
     return rest or peer
 
 
+#: The highest field number of ConsumerGroupHeartbeatRequest's always-present
+#: fields (group_id, member_id, member_epoch); every later field is optional.
+_LAST_REQUIRED_HEARTBEAT_FIELD = coordinator_pb2.ConsumerGroupHeartbeatRequest.MEMBER_EPOCH_FIELD_NUMBER
+
+
 def heartbeat_from_pb(
     req: coordinator_pb2.ConsumerGroupHeartbeatRequest, client_host: str
 ) -> ConsumerGroupHeartbeat:
+    fields = req.ListFields()  # the fields present, by field number
+    if not fields or fields[-1][0].number <= _LAST_REQUIRED_HEARTBEAT_FIELD:
+        # A plain heartbeat, as almost all are: one C call tells that none of
+        # the nine optional fields is present, instead of nine HasField calls.
+        plain = ConsumerGroupHeartbeat(req.group_id, req.member_id, req.member_epoch)
+        plain.client_host = client_host
+        return plain
     owned = None
     if req.HasField("topic_partitions"):
         owned = tuple(

@@ -114,6 +114,10 @@ class _KeyedLocks:
         lock: asyncio.Lock = entry[0]
         return lock
 
+    def idle(self, key: str) -> bool:
+        """True when nobody holds or waits for the key's lock."""
+        return key not in self._locks
+
     def give_back(self, key: str) -> None:
         entry = self._locks[key]
         entry[1] -= 1
@@ -230,12 +234,35 @@ class Coordinator:
         worker process): the lock keeps the group unchanged meanwhile, and a
         large write it returns is prepared in a thread.
         """
+        group: Group | None = None
+        outcome: Result[T] | Awaitable[Result[T]] | None = None
+        if self._locks.idle(group_id) and group_id not in self._stale:
+            # Nothing is in flight for the group, so memory is current and, until
+            # this awaits, nothing else can run on it: compute before taking the
+            # lock. Most heartbeats change nothing and are answered right here;
+            # an operation that writes or awaits takes the lock (free, so
+            # without yielding) before its first await.
+            group = self.groups.get(group_id)
+            outcome = op(group, self._context(group_id, group, group_type, new_member_id))
+            if isinstance(outcome, Result) and not outcome.records:
+                self._apply_timers(group_id, outcome.timers)
+                return outcome.response
         lock = self._locks.take(group_id)
         try:
             async with lock:
-                return await self._run_locked(group_id, op, cause, new_member_id, group_type)
+                if outcome is None:
+                    return await self._run_locked(group_id, op, cause, new_member_id, group_type)
+                return await self._finish(group_id, group, outcome, cause)
         finally:
             self._locks.give_back(group_id)
+
+    def _context(
+        self, group_id: str, group: Group | None, group_type: str | None, new_member_id: str
+    ) -> Context:
+        image = self.image_for(group_id, group.group_type if group is not None else group_type)
+        return Context(
+            now_ms=self.clock.now_ms(), config=self.config, image=image, new_member_id=new_member_id
+        )
 
     async def _run_locked(
         self,
@@ -247,12 +274,16 @@ class Coordinator:
     ) -> T:
         """Runs `op` with the group's lock held."""
         group = await self._current_group(group_id)
-        image = self.image_for(group_id, group.group_type if group is not None else group_type)
-        ctx = Context(
-            now_ms=self.clock.now_ms(), config=self.config, image=image, new_member_id=new_member_id
-        )
+        outcome = op(group, self._context(group_id, group, group_type, new_member_id))
+        return await self._finish(group_id, group, outcome, cause)
+
+    async def _finish(
+        self, group_id: str, group: Group | None, outcome: Result[T] | Awaitable[Result[T]], cause: str
+    ) -> T:
+        """With the group's lock held: awaits `op`'s result if it is computed
+        elsewhere, stores its records, replays them onto the group and applies
+        its timers."""
         write: PreparedWrite | None = None
-        outcome = op(group, ctx)
         if isinstance(outcome, Result):
             result = outcome
         else:

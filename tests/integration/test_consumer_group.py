@@ -64,6 +64,41 @@ async def test_heartbeats_that_change_nothing_write_nothing(service: Service) ->
     assert await _xmax(service) == xmax
 
 
+async def test_a_heartbeat_waits_for_a_write_of_its_group_in_flight(service: Service) -> None:
+    """No-change heartbeats are answered without the group's lock when nothing
+    holds it; while a write of the group is in flight they must wait for it and
+    answer from the state it stored, never from the state before it."""
+    await service.stubs.create_topic("orders", 6)
+    members = [WireMember(service.stubs.coordinator, "g1", f"m{i}", ["orders"]) for i in range(2)]
+    await converge(service.stubs, "g1", members)
+    store = service.coordinator.store
+    append, writing, release = store.append, asyncio.Event(), asyncio.Event()
+
+    async def held_append(group_id: str, records: object) -> None:
+        writing.set()
+        await release.wait()
+        await append(group_id, records)
+
+    store.append = held_append
+    try:
+        joiner = WireMember(service.stubs.coordinator, "g1", "m2", ["orders"])
+        join = asyncio.create_task(joiner.heartbeat())
+        await asyncio.wait_for(writing.wait(), 5)
+        heartbeat = asyncio.create_task(members[0].heartbeat())
+        await asyncio.sleep(0.2)
+        assert not heartbeat.done()  # it waits behind the join's write
+        release.set()
+        joined, answered = await asyncio.wait_for(asyncio.gather(join, heartbeat), 5)
+    finally:
+        store.append = append
+    assert joined.error_code == answered.error_code == common_pb2.NONE
+    # The join bumped the group to epoch 3 and computed its target: the waiting
+    # member is answered from it (it moves to the new epoch or revokes first).
+    group = await service.stubs.describe("g1")
+    assert group.group_epoch == group.assignment_epoch == 3
+    assert answered.member_epoch == 3 or answered.HasField("assignment")
+
+
 async def test_restart_is_invisible_to_members_that_keep_heartbeating(start_service: ServiceFactory) -> None:
     first = await start_service()
     await first.stubs.create_topic("orders", 8)
