@@ -75,10 +75,64 @@ from .validation import validate_consumer_group_heartbeat
 def consumer_group_heartbeat(
     group: Group | None, req: ConsumerGroupHeartbeat, ctx: Context
 ) -> Result[ConsumerGroupHeartbeatResponse]:
+    unchanged = _unchanged(group, req, ctx)
+    if unchanged is not None:
+        return unchanged
     validate_consumer_group_heartbeat(req, ctx.config)
     if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
         return _leave(group, req, ctx)
     return _heartbeat(group, req, ctx)
+
+
+def _unchanged(
+    group: Group | None, req: ConsumerGroupHeartbeat, ctx: Context
+) -> Result[ConsumerGroupHeartbeatResponse] | None:
+    """The answer to the heartbeat almost every member sends almost every time,
+    or None for any other heartbeat.
+
+    That heartbeat carries only the ids and the member's current epoch, from a
+    member that is stable at the group's target while the group is not ahead
+    of its target. The general path gives it exactly this answer (no records,
+    no assignment, the session timer re-armed); the shortcut only skips the
+    steps that cannot change anything for it, which matters because it is most
+    of a coordinator's traffic. Its ids need no validation: they name an
+    existing group and member, which were validated when they were created.
+    """
+    if (
+        group is None
+        or req.member_epoch <= 0
+        or group.group_epoch != group.assignment_epoch
+        or req.group_type != group.group_type
+        or not _is_plain(req)
+    ):
+        return None
+    member = group.members.get(req.member_id)
+    if member is None or not member.is_reconciled_to(req.member_epoch):
+        return None
+    if req.member_epoch != group.assignment_epoch:
+        return None
+    timeout_ms = ctx.config.session_timeout_ms
+    response = ConsumerGroupHeartbeatResponse(
+        member.member_id, member.member_epoch, ctx.config.heartbeat_interval_ms, timeout_ms
+    )
+    return Result(response, (), (ScheduleSessionTimeout(member.member_id, ctx.now_ms + timeout_ms),))
+
+
+def _is_plain(req: ConsumerGroupHeartbeat) -> bool:
+    """True when the request sends nothing but its ids and epoch."""
+    return (
+        req.owned_topic_partitions is None
+        and req.subscribed_topic_names is None
+        and req.subscribed_topic_regex is None
+        and req.rebalance_timeout_ms is None
+        and req.instance_id is None
+        and req.rack_id is None
+        and req.client_id is None
+        and not req.client_host
+        and req.server_assignor is None
+        and req.client_assignors is None
+        and req.url is None
+    )
 
 
 @dataclass(slots=True)

@@ -48,6 +48,7 @@ from regroup.reconciler import (
     Topic,
     replay_all,
 )
+from regroup.reconciler import heartbeat as heartbeat_module
 from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, GroupSpec, MemberSpec
 from regroup.reconciler.model import Assignment, MemberState
 from regroup.reconciler.offsets import OffsetToCommit, commit_offsets
@@ -619,7 +620,24 @@ class GroupMachine(RuleBasedStateMachine):
     def safe(self) -> None:
         self._check_safety()
         self._check_reload()
+        self._check_unchanged_shortcut()
         self._clean = True
+
+    def _check_unchanged_shortcut(self) -> None:
+        """Every plain heartbeat the shortcut answers (any member, its current
+        epoch and the ones around it) gets exactly the general path's answer."""
+        group = self.group
+        if group is None:
+            return
+        ctx = self.h.ctx()
+        for member in group.members.values():
+            for epoch in (member.member_epoch - 1, member.member_epoch, member.member_epoch + 1):
+                req = ConsumerGroupHeartbeat(GROUP, member.member_id, epoch)
+                shortcut = heartbeat_module._unchanged(group, req, ctx)
+                if shortcut is None:
+                    continue
+                event("a plain heartbeat took the shortcut")
+                assert shortcut == heartbeat_module._heartbeat(group, req, ctx), member
 
     def teardown(self) -> None:
         if self._clean:
