@@ -107,15 +107,16 @@ def _unchanged(
     ):
         return None
     member = group.members.get(req.member_id)
-    if member is None or not member.is_reconciled_to(req.member_epoch):
+    if (
+        member is None
+        or req.member_epoch != member.member_epoch
+        or not member.is_reconciled_to(group.assignment_epoch)
+    ):
         return None
-    if req.member_epoch != group.assignment_epoch:
-        return None
-    timeout_ms = ctx.config.session_timeout_ms
     response = ConsumerGroupHeartbeatResponse(
-        member.member_id, member.member_epoch, ctx.config.heartbeat_interval_ms, timeout_ms
+        member.member_id, member.member_epoch, _interval(member, ctx), ctx.config.session_timeout_ms
     )
-    return Result(response, (), (ScheduleSessionTimeout(member.member_id, ctx.now_ms + timeout_ms),))
+    return Result(response, (), (_session_timer(member.member_id, ctx),))
 
 
 def _is_plain(req: ConsumerGroupHeartbeat) -> bool:
@@ -261,7 +262,7 @@ def _heartbeat(
             timers.append(CancelRebalanceTimeout(reconciled.member_id))
 
     # 5. Re-arm the session timer and respond.
-    timers.append(ScheduleSessionTimeout(reconciled.member_id, ctx.now_ms + ctx.config.session_timeout_ms))
+    timers.append(_session_timer(reconciled.member_id, ctx))
     send_assignment = _is_full_request(req) or reconciled.assigned != before.assigned
     response = ConsumerGroupHeartbeatResponse(
         member_id=reconciled.member_id,
@@ -272,6 +273,11 @@ def _heartbeat(
         compute_assignment=compute_assignment,
     )
     return Result(response, tuple(records), tuple(timers))
+
+
+def _session_timer(member_id: str, ctx: Context) -> ScheduleSessionTimeout:
+    """Every heartbeat the member sends re-arms its session timeout."""
+    return ScheduleSessionTimeout(member_id, ctx.now_ms + ctx.config.session_timeout_ms)
 
 
 #: A member waiting for partitions heartbeats this many times more often.

@@ -37,8 +37,8 @@ def peer_host(peer: str) -> str:
     return rest or peer
 
 
-#: The highest field number of ConsumerGroupHeartbeatRequest's always-present
-#: fields (group_id, member_id, member_epoch); every later field is optional.
+#: ConsumerGroupHeartbeatRequest's fields without presence (group_id, member_id,
+#: member_epoch) are numbered 1-3; every field numbered after them is optional.
 _LAST_REQUIRED_HEARTBEAT_FIELD = coordinator_pb2.ConsumerGroupHeartbeatRequest.MEMBER_EPOCH_FIELD_NUMBER
 
 
