@@ -11,9 +11,10 @@ the baseline at every point; ratios, not times, are what carry across
 machines.
 
 The inputs are what the coordinator gives the assignors: member and topic ids
-are UUID strings, members are in join order (not sorted), topics are sorted by
-id, and all members with the same subscription share one frozenset of topic
-ids, as `compute_target_assignment` builds them. Specs are built outside the timed
+are UUID strings, members and topics are in id order (the group keeps its
+member ids sorted as members join and leave, `Group.member_ids_in_order`), and
+all members with the same subscription share one frozenset of topic ids, as
+`compute_target_assignment` builds them. Specs are built outside the timed
 region; each timing runs after gc.collect() with the collector disabled, and
 the best of k runs is kept.
 
@@ -84,7 +85,8 @@ def group_spec(
     topics: dict[str, Topic], subscribed: dict[str, frozenset[str]], current: dict[str, Assignment]
 ) -> GroupSpec:
     members = {
-        m: MemberSpec(m, None, None, ids, current.get(m, EMPTY_ASSIGNMENT)) for m, ids in subscribed.items()
+        m: MemberSpec(m, None, None, subscribed[m], current.get(m, EMPTY_ASSIGNMENT))
+        for m in sorted(subscribed)
     }
     return GroupSpec(members=members, topics=topics)
 
@@ -97,7 +99,7 @@ def specs(
     topics = make_topics(rng, partitions, num_topics)
     member_ids = _ids(rng, num_members + 1)
     subscribed = subscriptions(topics, member_ids, mixed)
-    newcomer = member_ids[-1]  # joins last, with no current target
+    newcomer = member_ids[-1]  # joins with no current target
     full = group_spec(topics, {m: s for m, s in subscribed.items() if m != newcomer}, {})
     return {"full": full, "incremental": group_spec(topics, subscribed, assignor.assign(full))}
 
@@ -181,8 +183,9 @@ def bench_target_assignment(
         current = {m: s.current for m, s in spec.members.items() if s.current}
         sizes = [t.num_partitions for t in spec.topics.values()]
         count = len(members)
+        order = sorted(members)  # the group's index of its member ids
         total_ms, baseline_ms = compare(
-            partial(compute_target_assignment, members, current, image, name, config, 2),
+            partial(compute_target_assignment, members, current, image, name, config, 2, None, order),
             partial(baseline, count, sizes),
             runs,
         )

@@ -14,6 +14,7 @@ It returns records and timers; it never mutates the group.
 from __future__ import annotations
 
 import sys
+from bisect import bisect_left, insort
 from dataclasses import dataclass, replace
 
 from .client_assignment import check_assignor_overlap, plan_computation
@@ -230,7 +231,14 @@ def _heartbeat(
             targets[member.member_id] = target
         members[member.member_id] = member
         target_records, new_targets = compute_target_assignment(
-            members, targets, ctx.image, assignor, ctx.config, group_epoch, ctx.now_ms
+            members,
+            targets,
+            ctx.image,
+            assignor,
+            ctx.config,
+            group_epoch,
+            ctx.now_ms,
+            _ids_in_order(group, member.member_id, lookup.replaced),
         )
         records.extend(target_records)
         assignment_epoch = group_epoch
@@ -453,6 +461,17 @@ def _topics_after(
         () if added.subscribed_topic_regex is None else (added.subscribed_topic_regex,),
     )
     return group_topics(image, names, regexes)
+
+
+def _ids_in_order(group: Group, member_id: str, replaced: Member | None) -> list[str]:
+    """The group's member ids, sorted, once `member_id` joins (and a static member's
+    previous incarnation, `replaced`, goes): a copy and one insertion, not a sort."""
+    order = list(group.member_ids_in_order())
+    if replaced is not None and replaced.member_id != member_id:
+        del order[bisect_left(order, replaced.member_id)]
+    if member_id not in group.members:
+        insort(order, member_id)
+    return order
 
 
 def _cheap_enough(group: Group, topics: list[Topic] | None, ctx: Context) -> bool:

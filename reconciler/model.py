@@ -8,7 +8,8 @@ group and never mutate it, so a refused or failed write leaves nothing to undo.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
@@ -224,6 +225,8 @@ class Group:
     __slots__ = (
         "_assignor_counts",
         "_instance_index",
+        "_member_order",
+        "_member_order_sorted",
         "_owned_counts",
         "_partition_epochs",
         "_regex_counts",
@@ -264,6 +267,12 @@ class Group:
         #: Committed offsets by (topic id, partition).
         self.offsets: dict[tuple[str, int], CommittedOffset] = {}
         self._instance_index: dict[str, str] = {}
+        #: The member ids in id order, which assignors hand partitions out in:
+        #: kept here so that computing a target does not sort 10,000 ids each
+        #: time (1.3 ms). A join appends and a later read sorts the few
+        #: appended ids in (one linear merge), so loading a big group sorts once.
+        self._member_order: list[str] = []
+        self._member_order_sorted = True
         #: topic id -> the owner's epoch indexed by partition (-1 when free): 8
         #: bytes a partition, where a dict would take about 40. An array, not a
         #: list: it holds no objects, so the cyclic collector never walks it (a
@@ -286,6 +295,16 @@ class Group:
             if not member.is_reconciled_to(self.assignment_epoch):
                 return GroupState.RECONCILING
         return GroupState.STABLE
+
+    def member_ids_in_order(self) -> Sequence[str]:
+        """The ids of the members, sorted (a view: valid until the next replay)."""
+        return self._sorted_member_order()
+
+    def _sorted_member_order(self) -> list[str]:
+        if not self._member_order_sorted:
+            self._member_order.sort()
+            self._member_order_sorted = True
+        return self._member_order
 
     def member_by_instance_id(self, instance_id: str) -> Member | None:
         member_id = self._instance_index.get(instance_id)
@@ -312,6 +331,16 @@ class Group:
         return self._assignor_counts
 
     # -- index maintenance (called by replay only) -------------------------
+
+    def _index_member_id(self, member_id: str, sign: int) -> None:
+        order = self._member_order
+        if sign > 0:
+            if order and self._member_order_sorted and member_id < order[-1]:
+                self._member_order_sorted = False
+            order.append(member_id)
+            return
+        order = self._sorted_member_order()
+        del order[bisect_left(order, member_id)]
 
     def _index_metadata(self, member: Member, sign: int) -> None:
         if member.instance_id is not None:

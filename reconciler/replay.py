@@ -118,6 +118,8 @@ def _replay_member_metadata(group: Group, record: MemberMetadataRecord) -> None:
     )
     if old is not None:
         group._index_metadata(old, -1)
+    else:
+        group._index_member_id(record.member_id, +1)
     group._index_metadata(new, +1)
     group.members[record.member_id] = new
 
@@ -165,6 +167,7 @@ def _remove_member(group: Group, member_id: str) -> None:
         return
     group._release_partitions(member)
     group._index_metadata(member, -1)
+    group._index_member_id(member_id, -1)
     group.target.pop(member_id, None)
     if group.computation is not None and group.computation.member_id == member_id:
         # The chosen member left: the next heartbeat chooses another.

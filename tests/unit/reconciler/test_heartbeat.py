@@ -1022,3 +1022,37 @@ def test_unsubscribing_while_revoking_drops_the_topic_at_once(h: EngineHarness) 
     r = h.heartbeat(beat(GROUP, "a", 2, parts({0, 1})))
     assert (r.member_epoch, r.assignment) == (4, None)
     assert_member(h, "a", STABLE, 4, 2, parts({0, 1}))
+
+
+@dataclass
+class OrderSpy:
+    """Range, noting the order of the members of every spec it is given."""
+
+    name: str = "range"
+    orders: list[list[str]] = field(default_factory=list)
+
+    def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
+        self.orders.append(list(spec.members))
+        return RangeAssignor().assign(spec)
+
+
+def test_assignors_get_the_members_in_id_order_through_joins_leaves_and_static_replacement() -> None:
+    spy = OrderSpy()
+    h = harness(GroupConfig(assignors={"range": spy}))
+    for member_id in ("m3", "m1", "m4", "m2"):
+        h.heartbeat(join_range(member_id, instance_id="i1" if member_id == "m3" else None))
+    h.heartbeat(static_leave("m3", "i1"))  # a temporary leave: no new target
+    # m0 replaces m3 with another subscription: one computation without m3, with m0.
+    h.heartbeat(join_range("m0", ["foo"], instance_id="i1"))
+    h.heartbeat(beat(GROUP, "m4", -1))  # a leave: the next heartbeat computes the target
+    h.heartbeat(beat(GROUP, "m1", mem(h, "m1").member_epoch))
+
+    assert spy.orders == [
+        ["m3"],
+        ["m1", "m3"],
+        ["m1", "m3", "m4"],
+        ["m1", "m2", "m3", "m4"],
+        ["m0", "m1", "m2", "m4"],
+        ["m0", "m1", "m2"],
+    ]
+    assert list(grp(h).member_ids_in_order()) == ["m0", "m1", "m2"]

@@ -718,6 +718,9 @@ class GroupMachine(RuleBasedStateMachine):
             group.metadata_hash,
         )
         assert loaded.members == group.members
+        # The id-ordered index assignors read follows joins and leaves.
+        assert list(group.member_ids_in_order()) == sorted(group.members)
+        assert list(loaded.member_ids_in_order()) == sorted(group.members)
         assert {m: _norm(a) for m, a in loaded.target.items()} == {
             m: _norm(a) for m, a in group.target.items()
         }
