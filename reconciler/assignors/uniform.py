@@ -24,16 +24,18 @@ topics of equal size.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import chain, compress, groupby, starmap
-from operator import attrgetter
+from itertools import chain, compress, groupby, repeat, starmap
+from operator import attrgetter, gt, le, lt
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupSpec
 
 _num_partitions = attrgetter("num_partitions")
+_subscribed_topic_ids = attrgetter("subscribed_topic_ids")
+_current = attrgetter("current")
 
 
 class UniformAssignor:
@@ -42,7 +44,7 @@ class UniformAssignor:
     def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
         if not spec.members:
             return {}
-        subscriptions = [m.subscribed_topic_ids for m in spec.members.values()]
+        subscriptions = list(map(_subscribed_topic_ids, spec.members.values()))
         # list.count compares by identity first, and members with the same
         # subscription usually share one frozenset: a C loop, not a Python one.
         if subscriptions.count(subscriptions[0]) == len(subscriptions):
@@ -66,7 +68,7 @@ def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> dict[str
     member_ids = list(spec.members)
     if not topic_ids:
         return dict.fromkeys(member_ids, EMPTY_ASSIGNMENT)
-    currents = [m.current for m in spec.members.values()]
+    currents = list(map(_current, spec.members.values()))
     if not any(currents):
         return _fresh(sorted(member_ids), topic_ids, sizes)
     return _sticky(member_ids, currents, topic_ids, sizes, sanitized=False)
@@ -182,10 +184,10 @@ def _sticky(
     kept = list(currents)
     if stale:
         valid = frozenset(topic_ids)
-        for i in set(stale):
+        for i in stale:
             kept[i] = {t: p for t, p in currents[i].items() if t in valid}
-    top = max(counts)
-    if held == total and top <= base + 1 and min(counts) >= base:
+    top, least = max(counts), min(counts)
+    if held == total and top <= base + 1 and least >= base:
         # Already balanced (exactly `extra` members hold base + 1): nothing moves.
         return dict(zip(member_ids, kept, strict=True))
 
@@ -196,25 +198,34 @@ def _sticky(
     losers: list[int] = []  # members above base that do not get base + 1: cut to base
     if top == base + 1 and extra - counts.count(top) < 0:
         # A join into a balanced group: the members above base all hold base + 1,
-        # and the few that give one up are the last by id. One pass, no lists.
+        # and the few that give one up are the last by id.
         extra_left = 0
-        ids_over = compress(member_ids, map(base.__lt__, counts))
         surplus = counts.count(top) - extra
-        if surplus <= 16:
+        if _in_order(member_ids):
+            # The coordinator passes members in id order: the last holders of
+            # base + 1, found by C scans of the reversed counts (no string compares).
+            reversed_counts = counts[::-1]
+            j = -1
+            for _ in range(surplus):
+                j = reversed_counts.index(top, j + 1)
+                losers.append(num_members - 1 - j)
+        elif surplus <= 16:
+            ids_over = compress(member_ids, map(gt, counts, repeat(base)))
             losers = [member_ids.index(m) for m in heapq.nlargest(surplus, ids_over)]
         else:
-            over = list(compress(everyone, map(base.__lt__, counts)))
+            over = list(compress(everyone, map(gt, counts, repeat(base))))
             losers = _least_loaded(over, counts, member_ids, surplus, True)
     else:
-        over = list(compress(everyone, map(base.__lt__, counts)))
+        over = list(compress(everyone, map(gt, counts, repeat(base))))
         extra_left = extra - len(over)
         if extra_left < 0:
             losers = _least_loaded(over, counts, member_ids, -extra_left, top == base + 1)
             extra_left = 0
-    under = list(compress(everyone, map(base.__gt__, counts))) if min(counts) < base else []
+    under = _below(counts, base, least)
     needs = dict(zip(under, map(base.__sub__, map(counts.__getitem__, under)), strict=True))
     if extra_left:
-        for i in _by_id(list(compress(everyone, map(base.__ge__, counts))), member_ids, extra_left, True):
+        at_most_base = list(compress(everyone, map(le, counts, repeat(base))))
+        for i in _by_id(at_most_base, member_ids, extra_left, True):
             needs[i] = base + 1 - counts[i]
 
     # Members above their quota give up the end of their share (in the global
@@ -226,17 +237,18 @@ def _sticky(
         kept[i] = _cut(kept[i], counts[i] - base, unheld)
     if top > base + 1:
         cut_to_base = set(losers)
-        for i in compress(everyone, map((base + 1).__lt__, counts)):
+        for i in compress(everyone, map(gt, counts, repeat(base + 1))):
             if i not in cut_to_base:
                 kept[i] = _cut(kept[i], counts[i] - base - 1, unheld)
 
     # The unassigned partitions in the global order, handed out in member id
     # order: each member below its quota takes the next ones it needs.
     pool: list[tuple[str, Sequence[int]]] = []
-    for j, topic_id in enumerate(topic_ids):
-        rest = unheld.get(topic_id)
+    for topic_id in sorted(unheld):  # topic_ids is sorted: the same order, over fewer topics
+        rest = unheld[topic_id]
         if rest:
-            pool.append((topic_id, range(sizes[j]) if len(rest) == sizes[j] else sorted(rest)))
+            size = sizes[bisect_left(topic_ids, topic_id)]
+            pool.append((topic_id, range(size) if len(rest) == size else sorted(rest)))
     segment = pos = 0
     for i in sorted(needs, key=member_ids.__getitem__):
         need = needs[i]
@@ -253,6 +265,29 @@ def _sticky(
                 segment, pos = segment + 1, 0
         kept[i] = assignment
     return dict(zip(member_ids, kept, strict=True))
+
+
+def _below(counts: list[int], base: int, least: int) -> list[int]:
+    """The indices of the counts below `base`; `least` is the smallest count.
+    Usually a few joiners at 0: then C scans for each count below base beat
+    one comparison per member."""
+    if least >= base:
+        return []
+    if base - least <= 4:
+        found: list[int] = []
+        for count in range(least, base):
+            i = -1
+            for _ in range(counts.count(count)):
+                i = counts.index(count, i + 1)
+                found.append(i)
+        if len(found) <= 64:
+            return sorted(found)
+    return list(compress(range(len(counts)), map(lt, counts, repeat(base))))
+
+
+def _in_order(member_ids: list[str]) -> bool:
+    """Whether the ids are sorted: linear for the coordinator's specs, which are."""
+    return sorted(member_ids) == member_ids
 
 
 def _scan(
@@ -275,18 +310,26 @@ def _scan(
     holdings_of = holdings.get
     counts: list[int] = []
     add_count = counts.append
-    stale: list[int] = []
-    for i, current in enumerate(currents):
+    any_stale = False
+    for current in currents:
         count = 0
         for topic_id, partitions in current.items():
             held = holdings_of(topic_id)
             if held is None:
-                stale.append(i)
+                any_stale = True
             else:
                 held.append(partitions)
                 count += len(partitions)
         add_count(count)
-    return counts, holdings, stale
+    if not any_stale:
+        return counts, holdings, []
+    # Rare (a topic deleted or unsubscribed): a second pass names the members,
+    # which keeps an index out of the loop above.
+    return (
+        counts,
+        holdings,
+        [i for i, current in enumerate(currents) if not holdings.keys() >= current.keys()],
+    )
 
 
 def _cut(current: Assignment, surplus: int, unheld: dict[str, set[int]]) -> Assignment:

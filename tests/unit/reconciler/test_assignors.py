@@ -232,6 +232,34 @@ def test_uniform_homogeneous_randomized(seed: int) -> None:
         assert len(kept) == min(len(valid), partition_count(result[m]))
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_uniform_homogeneous_joins_into_a_balanced_group_cut_the_last_ids_in_any_member_order(
+    seed: int,
+) -> None:
+    """The coordinator passes members in id order, which the join path uses to find
+    the members giving a partition up; any other order must give the same target."""
+    rng = random.Random(seed)
+    all_topics = random_topics(rng)
+    ids = sorted(f"m{rng.getrandbits(32):08x}" for _ in range(rng.randint(2, 60)))
+    settled = UNIFORM.assign(homogeneous(all_topics, ids))
+    joiners = sorted(f"m{rng.getrandbits(32):08x}" for _ in range(rng.randint(1, 30)))
+    everyone = sorted(set(ids) | set(joiners))
+    group = homogeneous(all_topics, everyone, current=settled)
+
+    result = UNIFORM.assign(group)
+
+    assert_valid(group, result)
+    assert_balanced(result)
+    assert UNIFORM.assign(reordered(group, seed)) == result
+    total = sum(t.num_partitions for t in all_topics.values())
+    base = total // len(everyone)
+    # Minimal moves: a member keeps its whole target if it may, else its quota of it.
+    for m in ids:
+        kept = sum(len(p & result[m].get(t, frozenset())) for t, p in settled[m].items())
+        assert kept == min(partition_count(settled[m]), partition_count(result[m]))
+        assert partition_count(result[m]) >= min(base, partition_count(settled[m]))
+
+
 # -- uniform, heterogeneous --------------------------------------------------
 
 
