@@ -186,10 +186,11 @@ def _sticky(
         valid = frozenset(topic_ids)
         for i in stale:
             kept[i] = {t: p for t, p in currents[i].items() if t in valid}
-    top, least = max(counts), min(counts)
-    if held == total and top <= base + 1 and least >= base:
+    if held == total and counts.count(base) + counts.count(base + 1) == num_members:
         # Already balanced (exactly `extra` members hold base + 1): nothing moves.
+        # list.count compares small ints by identity: cheaper than max and min.
         return dict(zip(member_ids, kept, strict=True))
+    top, least = max(counts), min(counts)
 
     # Quotas: every member may keep `base`; the `extra` slots of base + 1 go
     # to the largest holders first (ties by member id), so that they move
