@@ -308,19 +308,19 @@ def _scan(
     holdings: dict[str, list[frozenset[int]]] = {
         t: [everything[n]] for t, n in zip(topic_ids, sizes, strict=True)
     }
-    holdings_of = holdings.get
     counts: list[int] = []
     add_count = counts.append
     any_stale = False
     for current in currents:
         count = 0
         for topic_id, partitions in current.items():
-            held = holdings_of(topic_id)
-            if held is None:
+            # A subscript (specialised for dicts) and a free try beat a call of get.
+            try:
+                holdings[topic_id].append(partitions)
+            except KeyError:
                 any_stale = True
-            else:
-                held.append(partitions)
-                count += len(partitions)
+                continue
+            count += len(partitions)
         add_count(count)
     if not any_stale:
         return counts, holdings, []
