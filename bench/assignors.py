@@ -13,8 +13,9 @@ machines.
 The inputs are what the coordinator gives the assignors: member and topic ids
 are UUID strings, members and topics are in id order (the group keeps its
 member ids sorted as members join and leave, `Group.member_ids_in_order`), and
-all members with the same subscription share one frozenset of topic ids, as
-`compute_target_assignment` builds them. Specs are built outside the timed
+all members with the same subscription share one frozenset of topic ids, and
+the spec states whether the group is homogeneous (Kafka's subscription type),
+as `compute_target_assignment` builds them. Specs are built outside the timed
 region; each timing runs after gc.collect() with the collector disabled, and
 the best of k runs is kept.
 
@@ -43,7 +44,7 @@ from typing import Any
 
 from bench.report import figure, machine, table
 from regroup.reconciler import Topic
-from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, Assignor, GroupSpec, MemberSpec
+from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, Assignor, GroupSpec, MemberSpec, SubscriptionType
 from regroup.reconciler.context import GroupConfig
 from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member
 from regroup.reconciler.target_assignment import compute_target_assignment
@@ -88,7 +89,10 @@ def group_spec(
         m: MemberSpec(m, None, None, subscribed[m], current.get(m, EMPTY_ASSIGNMENT))
         for m in sorted(subscribed)
     }
-    return GroupSpec(members=members, topics=topics)
+    # The coordinator states the subscription type (it resolves each distinct subscription once).
+    distinct = len(set(subscribed.values()))
+    kind = SubscriptionType.HOMOGENEOUS if distinct <= 1 else SubscriptionType.HETEROGENEOUS
+    return GroupSpec(members=members, topics=topics, subscription_type=kind)
 
 
 def specs(

@@ -13,7 +13,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_, is_not
 from typing import cast
 
-from .assignors import GroupSpec, MemberSpec
+from .assignors import GroupSpec, MemberSpec, SubscriptionType
 from .context import Context, GroupConfig
 from .errors import UnknownServerError
 from .model import EMPTY_ASSIGNMENT, Assignment, Group, Member
@@ -96,7 +96,12 @@ def group_spec(
         specs[member_id] = MemberSpec(
             member_id, member.instance_id, member.rack_id, ids, target_of(member_id, EMPTY_ASSIGNMENT)
         )
-    return GroupSpec(members=specs, topics={t: image.by_id[t] for t in sorted(topic_ids)})
+    # Each distinct subscription was resolved once: comparing those few sets tells
+    # the assignors whether the group is homogeneous without a pass over members.
+    distinct = set(resolved.values())
+    kind = SubscriptionType.HOMOGENEOUS if len(distinct) <= 1 else SubscriptionType.HETEROGENEOUS
+    topics = {t: image.by_id[t] for t in sorted(topic_ids)}
+    return GroupSpec(members=specs, topics=topics, subscription_type=kind)
 
 
 def assign_target(

@@ -27,7 +27,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import NamedTuple
 
 from regroup.reconciler import GroupConfig, Record, Topic
-from regroup.reconciler.assignors import GroupSpec, MemberSpec
+from regroup.reconciler.assignors import GroupSpec, MemberSpec, SubscriptionType
 from regroup.reconciler.errors import CoordinatorNotAvailable
 from regroup.reconciler.model import Assignment
 from regroup.reconciler.target_assignment import PendingAssignment
@@ -53,6 +53,7 @@ class _Request(NamedTuple):
     #: Current targets that differ from the copy (all of them when `base` is 0).
     changed: dict[str, Assignment]
     topics: dict[str, Topic]
+    subscription_type: SubscriptionType | None
     #: Groups whose copies the worker may drop.
     forget: tuple[str, ...]
 
@@ -96,7 +97,10 @@ def _compute(request: _Request) -> list[Record] | None:
         specs[member_id] = MemberSpec(member_id, instance_id, rack_id, topic_ids, current)
     _copies[request.group_id] = (request.token, currents)
     pending = PendingAssignment(
-        request.group_epoch, request.now_ms, request.assignor, GroupSpec(specs, request.topics)
+        request.group_epoch,
+        request.now_ms,
+        request.assignor,
+        GroupSpec(specs, request.topics, request.subscription_type),
     )
     return pending.compute(_config)
 
@@ -194,6 +198,7 @@ class Assigner:
             members=tuple(members),
             changed=changed,
             topics=dict(pending.spec.topics),
+            subscription_type=pending.spec.subscription_type,
             forget=tuple(self._forget),
         )
         return request, copy

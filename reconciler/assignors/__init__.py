@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Assignor, GroupSpec, MemberSpec, PartitionAssignorError
+from .base import Assignor, GroupSpec, MemberSpec, PartitionAssignorError, SubscriptionType
 from .range import RangeAssignor
 from .uniform import UniformAssignor
 
@@ -20,5 +20,6 @@ __all__ = [
     "MemberSpec",
     "PartitionAssignorError",
     "RangeAssignor",
+    "SubscriptionType",
     "UniformAssignor",
 ]

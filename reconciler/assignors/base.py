@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
 
 from ..model import Assignment
@@ -30,15 +31,28 @@ class MemberSpec:
     current: Assignment
 
 
+class SubscriptionType(Enum):
+    """Whether every member subscribes to the same topics (Kafka's SubscriptionType)."""
+
+    HOMOGENEOUS = "homogeneous"
+    HETEROGENEOUS = "heterogeneous"
+
+
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
     #: Members by id.
     members: Mapping[str, MemberSpec]
     #: The topics any member subscribes to, by id.
     topics: Mapping[str, Topic]
+    #: Set by the coordinator, which resolves each distinct subscription once and
+    #: so knows it without looking at every member (as Kafka's GroupSpec does);
+    #: None: the assignor finds out. It must describe `members` truly.
+    subscription_type: SubscriptionType | None = None
 
     def is_homogeneous(self) -> bool:
         """True when every member subscribes to the same topics (Kafka's HOMOGENEOUS)."""
+        if self.subscription_type is not None:
+            return self.subscription_type is SubscriptionType.HOMOGENEOUS
         first: frozenset[str] | None = None
         for member in self.members.values():
             if first is None:

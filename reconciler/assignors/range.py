@@ -40,12 +40,10 @@ class RangeAssignor:
         members = list(spec.members.values())
         if not members:
             return {}
-        subscriptions = [m.subscribed_topic_ids for m in members]
         groups: dict[frozenset[str], list[MemberSpec]]
-        # list.count compares by identity first: one C loop for the usual
-        # case of a single subscription shared by the whole group.
-        if subscriptions.count(subscriptions[0]) == len(subscriptions):
-            groups = {subscriptions[0]: members}
+        homogeneous = _same(members) if spec.subscription_type is None else spec.is_homogeneous()
+        if homogeneous:
+            groups = {members[0].subscribed_topic_ids: members}
         else:
             groups = {}
             for member in members:
@@ -94,6 +92,13 @@ class RangeAssignor:
         result: dict[str, Assignment] = dict.fromkeys(spec.members, EMPTY_ASSIGNMENT)
         result.update(assigned)
         return result
+
+
+def _same(members: list[MemberSpec]) -> bool:
+    """Whether all members share one subscription. list.count compares by
+    identity first: one C loop for the usual case of a single frozenset."""
+    subscriptions = [m.subscribed_topic_ids for m in members]
+    return subscriptions.count(subscriptions[0]) == len(subscriptions)
 
 
 def _first_in_order(members: list[MemberSpec], k: int) -> list[str]:

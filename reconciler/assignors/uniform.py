@@ -31,7 +31,7 @@ from itertools import chain, compress, groupby, repeat, starmap
 from operator import attrgetter, gt, le, lt
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
-from .base import GroupSpec
+from .base import GroupSpec, SubscriptionType
 
 _num_partitions = attrgetter("num_partitions")
 _subscribed_topic_ids = attrgetter("subscribed_topic_ids")
@@ -44,12 +44,15 @@ class UniformAssignor:
     def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
         if not spec.members:
             return {}
-        subscriptions = list(map(_subscribed_topic_ids, spec.members.values()))
-        # list.count compares by identity first, and members with the same
-        # subscription usually share one frozenset: a C loop, not a Python one.
-        if subscriptions.count(subscriptions[0]) == len(subscriptions):
-            return _assign_homogeneous(spec, subscriptions[0])
-        return _assign_heterogeneous(spec)
+        first = next(iter(spec.members.values())).subscribed_topic_ids
+        if spec.subscription_type is None:
+            subscriptions = list(map(_subscribed_topic_ids, spec.members.values()))
+            # list.count compares by identity first, and members with the same
+            # subscription usually share one frozenset: a C loop, not a Python one.
+            homogeneous = subscriptions.count(first) == len(subscriptions)
+        else:
+            homogeneous = spec.subscription_type is SubscriptionType.HOMOGENEOUS
+        return _assign_homogeneous(spec, first) if homogeneous else _assign_heterogeneous(spec)
 
 
 # -- homogeneous --------------------------------------------------------------

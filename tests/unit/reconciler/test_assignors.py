@@ -8,7 +8,14 @@ from collections.abc import Iterable, Mapping
 import pytest
 
 from regroup.reconciler import Topic
-from regroup.reconciler.assignors import Assignor, GroupSpec, MemberSpec, RangeAssignor, UniformAssignor
+from regroup.reconciler.assignors import (
+    Assignor,
+    GroupSpec,
+    MemberSpec,
+    RangeAssignor,
+    SubscriptionType,
+    UniformAssignor,
+)
 from regroup.reconciler.model import Assignment, make_assignment, partition_count
 
 UNIFORM = UniformAssignor()
@@ -258,6 +265,33 @@ def test_uniform_homogeneous_joins_into_a_balanced_group_cut_the_last_ids_in_any
         kept = sum(len(p & result[m].get(t, frozenset())) for t, p in settled[m].items())
         assert kept == min(partition_count(settled[m]), partition_count(result[m]))
         assert partition_count(result[m]) >= min(base, partition_count(settled[m]))
+
+
+def typed(group: GroupSpec) -> GroupSpec:
+    """The spec with its subscription type stated, as the coordinator passes it."""
+    subscriptions = {m.subscribed_topic_ids for m in group.members.values()}
+    kind = SubscriptionType.HOMOGENEOUS if len(subscriptions) <= 1 else SubscriptionType.HETEROGENEOUS
+    return GroupSpec(members=group.members, topics=group.topics, subscription_type=kind)
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("assignor", [UNIFORM, RANGE], ids=["uniform", "range"])
+def test_a_stated_subscription_type_gives_the_same_target(assignor: Assignor, seed: int) -> None:
+    rng = random.Random(seed)
+    all_topics = random_topics(rng)
+    names = [t.name for t in all_topics.values()]
+    members = [f"m{i}" for i in range(rng.randint(1, 8))]
+    if seed % 2:  # heterogeneous: each member a random non-empty part of the topics
+        subscriptions = {m: rng.sample(names, rng.randint(1, len(names))) for m in members}
+    else:
+        subscriptions = {m: names for m in members}
+    group = spec(all_topics, subscriptions, current=random_current(rng, all_topics, members))
+
+    result = assignor.assign(typed(group))
+
+    assert_valid(group, result)
+    assert assignor.assign(group) == result
+    assert typed(group).is_homogeneous() == group.is_homogeneous()
 
 
 # -- uniform, heterogeneous --------------------------------------------------

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from regroup.reconciler import Topic
-from regroup.reconciler.assignors import GroupSpec, MemberSpec
+from regroup.reconciler.assignors import GroupSpec, MemberSpec, SubscriptionType
 from regroup.reconciler.context import GroupConfig
-from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment
+from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member
 from regroup.reconciler.records import TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
-from regroup.reconciler.target_assignment import assign_target
+from regroup.reconciler.target_assignment import assign_target, group_spec
+from regroup.reconciler.topics import TopicsImage
 
 TOPIC = Topic("t-id", "t", 8)
 KEPT: Assignment = {"t-id": frozenset({0, 1})}
@@ -63,3 +64,25 @@ def test_members_an_assignor_leaves_out_get_an_empty_target() -> None:
 
     assert records == [TargetAssignmentMemberRecord("b", EMPTY_ASSIGNMENT), TargetAssignmentEpochRecord(7, 5)]
     assert targets == {"a": KEPT, "b": EMPTY_ASSIGNMENT, "c": EMPTY_ASSIGNMENT}
+
+
+def test_group_spec_states_the_subscription_type_and_orders_members_by_id() -> None:
+    image = TopicsImage([TOPIC, Topic("u-id", "u", 2)])
+    both = ("t", "u")
+    same_ids = ("t", "u", "no-such-topic")  # another tuple, the same topic ids
+
+    homogeneous = group_spec(
+        {"b": Member("b", subscribed_topic_names=both), "a": Member("a", subscribed_topic_names=same_ids)},
+        {},
+        image,
+    )
+    heterogeneous = group_spec(
+        {"a": Member("a", subscribed_topic_names=both), "b": Member("b", subscribed_topic_names=("t",))},
+        {},
+        image,
+    )
+
+    assert homogeneous.subscription_type is SubscriptionType.HOMOGENEOUS
+    assert list(homogeneous.members) == ["a", "b"]
+    assert heterogeneous.subscription_type is SubscriptionType.HETEROGENEOUS
+    assert heterogeneous.members["b"].subscribed_topic_ids == frozenset({"t-id"})
