@@ -124,8 +124,9 @@ def assign_target(
     ids = sorted(members)
     olds = [m.current for m in map(members.__getitem__, ids)]
     found = list(map(targets.get, ids, repeat(None)))
-    if any(map(is_, found, repeat(None))):  # an assignor left members out: they get nothing
-        for i in compress(range(len(ids)), list(map(is_, found, repeat(None)))):
+    absent = list(map(is_, found, repeat(None)))
+    if any(absent):  # an assignor left members out: they get nothing
+        for i in compress(range(len(ids)), absent):
             found[i] = targets[ids[i]] = EMPTY_ASSIGNMENT
     news = cast(list[Assignment], found)  # no None left
     # Assignors return the very object for an unchanged target: skip the deep compare.

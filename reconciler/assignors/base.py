@@ -53,13 +53,10 @@ class GroupSpec:
         """True when every member subscribes to the same topics (Kafka's HOMOGENEOUS)."""
         if self.subscription_type is not None:
             return self.subscription_type is SubscriptionType.HOMOGENEOUS
-        first: frozenset[str] | None = None
-        for member in self.members.values():
-            if first is None:
-                first = member.subscribed_topic_ids
-            elif member.subscribed_topic_ids != first:
-                return False
-        return True
+        subscriptions = [m.subscribed_topic_ids for m in self.members.values()]
+        # list.count compares by identity first, and members with the same
+        # subscription usually share one frozenset: a C loop, not a Python one.
+        return not subscriptions or subscriptions.count(subscriptions[0]) == len(subscriptions)
 
 
 class PartitionAssignorError(Exception):

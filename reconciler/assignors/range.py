@@ -38,8 +38,7 @@ class RangeAssignor:
         if not members:
             return {}
         groups: dict[frozenset[str], list[MemberSpec]]
-        homogeneous = _same(members) if spec.subscription_type is None else spec.is_homogeneous()
-        if homogeneous:
+        if spec.is_homogeneous():
             groups = {members[0].subscribed_topic_ids: members}
         else:
             groups = {}
@@ -89,13 +88,6 @@ class RangeAssignor:
         result: dict[str, Assignment] = dict.fromkeys(spec.members, EMPTY_ASSIGNMENT)
         result.update(assigned)
         return result
-
-
-def _same(members: list[MemberSpec]) -> bool:
-    """Whether all members share one subscription. list.count compares by
-    identity first: one C loop for the usual case of a single frozenset."""
-    subscriptions = [m.subscribed_topic_ids for m in members]
-    return subscriptions.count(subscriptions[0]) == len(subscriptions)
 
 
 def _first_in_order(members: list[MemberSpec], k: int) -> list[str]:

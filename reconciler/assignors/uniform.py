@@ -31,7 +31,7 @@ from itertools import chain, compress, groupby, repeat, starmap
 from operator import attrgetter, gt, le, lt
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
-from .base import GroupSpec, SubscriptionType
+from .base import GroupSpec
 
 _num_partitions = attrgetter("num_partitions")
 
@@ -42,15 +42,9 @@ class UniformAssignor:
     def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
         if not spec.members:
             return {}
-        first = next(iter(spec.members.values())).subscribed_topic_ids
-        if spec.subscription_type is None:
-            subscriptions = [m.subscribed_topic_ids for m in spec.members.values()]
-            # list.count compares by identity first, and members with the same
-            # subscription usually share one frozenset: a C loop, not a Python one.
-            homogeneous = subscriptions.count(first) == len(subscriptions)
-        else:
-            homogeneous = spec.subscription_type is SubscriptionType.HOMOGENEOUS
-        return _assign_homogeneous(spec, first) if homogeneous else _assign_heterogeneous(spec)
+        if spec.is_homogeneous():
+            return _assign_homogeneous(spec, next(iter(spec.members.values())).subscribed_topic_ids)
+        return _assign_heterogeneous(spec)
 
 
 # -- homogeneous --------------------------------------------------------------
