@@ -68,6 +68,7 @@ from .target_assignment import (
     fits_inline,
     next_assignment_ms,
     preferred_assignor,
+    target_after,
 )
 from .topics import Topic, TopicsImage, resolve_topic_id
 from .validation import validate_consumer_group_heartbeat
@@ -230,7 +231,7 @@ def _heartbeat(
             targets = {k: v for k, v in targets.items() if k != lookup.replaced.member_id}
             targets[member.member_id] = target
         members[member.member_id] = member
-        target_records, new_targets = compute_target_assignment(
+        target_records, _ = compute_target_assignment(
             members,
             targets,
             ctx.image,
@@ -242,7 +243,7 @@ def _heartbeat(
         )
         records.extend(target_records)
         assignment_epoch = group_epoch
-        target = new_targets.get(member.member_id, {})
+        target = target_after(target_records, member.member_id, targets.get(member.member_id, {}))
     elif group_epoch > assignment_epoch:
         timers.append(ScheduleAssignment(next_assignment_ms(group, ctx)))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Assignor, GroupSpec, MemberSpec, PartitionAssignorError, SubscriptionType
+from .base import Assignor, GroupAssignment, GroupSpec, MemberSpec, PartitionAssignorError, SubscriptionType
 from .range import RangeAssignor
 from .uniform import UniformAssignor
 
@@ -16,6 +16,7 @@ BUILTIN_ASSIGNORS: Mapping[str, Assignor] = {
 __all__ = [
     "BUILTIN_ASSIGNORS",
     "Assignor",
+    "GroupAssignment",
     "GroupSpec",
     "MemberSpec",
     "PartitionAssignorError",

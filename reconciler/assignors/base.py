@@ -7,7 +7,7 @@ deterministic: the same spec always gives the same result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -59,6 +59,44 @@ class GroupSpec:
         return not subscriptions or subscriptions.count(subscriptions[0]) == len(subscriptions)
 
 
+class GroupAssignment(Mapping[str, Assignment]):
+    """An assignor's result: each member's target, as two aligned sequences
+    (Kafka's GroupAssignment, without the map).
+
+    The coordinator compares new targets with current ones member by member, in
+    the spec's order, and never needs them keyed by member id: building a
+    10,000-entry dict for every target cost 0.6-1 ms, a third of the uniform
+    assignor at 10,000 members. Read as a mapping, it builds that dict once, on
+    first use. `member_ids` must be distinct.
+    """
+
+    __slots__ = ("_by_id", "member_ids", "targets")
+
+    def __init__(self, member_ids: Sequence[str], targets: Sequence[Assignment]) -> None:
+        if len(member_ids) != len(targets):
+            raise ValueError(f"{len(member_ids)} member ids but {len(targets)} targets")
+        self.member_ids = member_ids
+        self.targets = targets
+        self._by_id: dict[str, Assignment] | None = None
+
+    def _mapping(self) -> dict[str, Assignment]:
+        if self._by_id is None:
+            self._by_id = dict(zip(self.member_ids, self.targets, strict=True))
+        return self._by_id
+
+    def __getitem__(self, member_id: str) -> Assignment:
+        return self._mapping()[member_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.member_ids)
+
+    def __len__(self) -> int:
+        return len(self.member_ids)
+
+    def __repr__(self) -> str:
+        return f"GroupAssignment({self._mapping()!r})"
+
+
 class PartitionAssignorError(Exception):
     """The assignor cannot compute an assignment for this spec."""
 
@@ -67,6 +105,8 @@ class Assignor(Protocol):
     @property
     def name(self) -> str: ...
 
-    def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
-        """Returns the target assignment of every member in `spec` (empty ones included)."""
+    def assign(self, spec: GroupSpec) -> Mapping[str, Assignment]:
+        """Returns the target assignment of every member in `spec` (empty ones
+        included): a dict, or a GroupAssignment, which the coordinator reads
+        without building a dict."""
         ...

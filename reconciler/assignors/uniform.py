@@ -31,7 +31,7 @@ from itertools import chain, compress, groupby, repeat, starmap
 from operator import attrgetter, gt, le, lt
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
-from .base import GroupSpec
+from .base import GroupAssignment, GroupSpec
 
 _num_partitions = attrgetter("num_partitions")
 
@@ -39,7 +39,7 @@ _num_partitions = attrgetter("num_partitions")
 class UniformAssignor:
     name = "uniform"
 
-    def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
+    def assign(self, spec: GroupSpec) -> Mapping[str, Assignment]:
         if not spec.members:
             return {}
         if spec.is_homogeneous():
@@ -50,7 +50,7 @@ class UniformAssignor:
 # -- homogeneous --------------------------------------------------------------
 
 
-def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> dict[str, Assignment]:
+def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> Mapping[str, Assignment]:
     # The global order of partitions: topics sorted by id, partitions ascending.
     topics = spec.topics
     # The coordinator passes topics sorted by id, which makes this sort linear,
@@ -65,7 +65,7 @@ def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> dict[str
         sizes = [n for n in sizes if n]
     member_ids = list(spec.members)
     if not topic_ids:
-        return dict.fromkeys(member_ids, EMPTY_ASSIGNMENT)
+        return GroupAssignment(member_ids, [EMPTY_ASSIGNMENT] * len(member_ids))
     # A comprehension, not map(attrgetter): the specialised slot load is 2x faster.
     currents = [m.current for m in spec.members.values()]
     if not any(currents):
@@ -73,7 +73,7 @@ def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> dict[str
     return _sticky(member_ids, currents, topic_ids, sizes, sanitized=False)
 
 
-def _fresh(member_ids: list[str], topic_ids: list[str], sizes: list[int]) -> dict[str, Assignment]:
+def _fresh(member_ids: list[str], topic_ids: list[str], sizes: list[int]) -> Mapping[str, Assignment]:
     """Nothing to keep: each member, in id order, takes the next contiguous
     block of the global order; the first `extra` blocks are one longer."""
     base, extra = divmod(sum(sizes), len(member_ids))
@@ -143,7 +143,7 @@ def _fresh(member_ids: list[str], topic_ids: list[str], sizes: list[int]) -> dic
                         j, pos = j + 1, 0
                 out.append(assignment)
                 count -= 1
-    return dict(zip(member_ids, out, strict=True))
+    return GroupAssignment(member_ids, out)
 
 
 def _sticky(
@@ -152,7 +152,7 @@ def _sticky(
     topic_ids: list[str],
     sizes: list[int],
     sanitized: bool,
-) -> dict[str, Assignment]:
+) -> Mapping[str, Assignment]:
     """Keeps what each member may keep, cuts members above their quota, and
     gives the unassigned partitions to members below it.
 
@@ -188,7 +188,7 @@ def _sticky(
     if held == total and counts.count(base) + counts.count(base + 1) == num_members:
         # Already balanced (exactly `extra` members hold base + 1): nothing moves.
         # list.count compares small ints by identity: cheaper than max and min.
-        return dict(zip(member_ids, kept, strict=True))
+        return GroupAssignment(member_ids, kept)
     top, least = max(counts), min(counts)
 
     # Quotas: every member may keep `base`; the `extra` slots of base + 1 go
@@ -264,7 +264,7 @@ def _sticky(
             if pos == len(free):
                 segment, pos = segment + 1, 0
         kept[i] = assignment
-    return dict(zip(member_ids, kept, strict=True))
+    return GroupAssignment(member_ids, kept)
 
 
 def _below(counts: list[int], base: int, least: int) -> list[int]:
@@ -420,7 +420,7 @@ def _sanitize(
 # -- heterogeneous ------------------------------------------------------------
 
 
-def _assign_heterogeneous(spec: GroupSpec) -> dict[str, Assignment]:
+def _assign_heterogeneous(spec: GroupSpec) -> Mapping[str, Assignment]:
     """Members are numbered by member id (their rank) and grouped by
     subscription. Each group keeps a heap of (load, rank), so the least loaded
     subscriber of a topic is the least of its groups' heap tops: a topic's

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+import pytest
+
 from regroup.reconciler import Topic
-from regroup.reconciler.assignors import GroupSpec, MemberSpec, SubscriptionType
+from regroup.reconciler.assignors import GroupAssignment, GroupSpec, MemberSpec, SubscriptionType
 from regroup.reconciler.context import GroupConfig
 from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member
-from regroup.reconciler.records import TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
-from regroup.reconciler.target_assignment import assign_target, group_spec
+from regroup.reconciler.records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
+from regroup.reconciler.target_assignment import assign_target, group_spec, target_after
 from regroup.reconciler.topics import TopicsImage
 
 TOPIC = Topic("t-id", "t", 8)
@@ -20,25 +23,25 @@ KEPT: Assignment = {"t-id": frozenset({0, 1})}
 class FixedAssignor:
     """Returns a fixed result, whatever the spec."""
 
-    result: dict[str, Assignment]
+    result: Mapping[str, Assignment]
     name: str = "fixed"
 
-    def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
-        return dict(self.result)
+    def assign(self, spec: GroupSpec) -> Mapping[str, Assignment]:
+        return self.result if isinstance(self.result, GroupAssignment) else dict(self.result)
 
 
-def spec(currents: dict[str, Assignment]) -> GroupSpec:
+def spec(currents: dict[str, Assignment], order: list[str] | None = None) -> GroupSpec:
     ids = frozenset({TOPIC.topic_id})
-    members = {m: MemberSpec(m, None, None, ids, currents[m]) for m in sorted(currents)}
+    members = {m: MemberSpec(m, None, None, ids, currents[m]) for m in order or sorted(currents)}
     return GroupSpec(members=members, topics={TOPIC.topic_id: TOPIC})
 
 
 def run(
-    currents: dict[str, Assignment], result: dict[str, Assignment]
-) -> tuple[list[object], dict[str, Assignment]]:
+    currents: dict[str, Assignment], result: Mapping[str, Assignment], order: list[str] | None = None
+) -> tuple[list[Record], Mapping[str, Assignment]]:
     config = replace(GroupConfig(), assignors={"fixed": FixedAssignor(result)})
-    records, targets = assign_target(spec(currents), "fixed", config, group_epoch=7, now_ms=5)
-    return list(records), targets
+    records, targets = assign_target(spec(currents, order), "fixed", config, group_epoch=7, now_ms=5)
+    return records, targets
 
 
 def test_only_changed_targets_get_records_in_member_id_order() -> None:
@@ -55,6 +58,70 @@ def test_only_changed_targets_get_records_in_member_id_order() -> None:
         TargetAssignmentEpochRecord(7, 5),
     ]
     assert targets == result
+
+
+CURRENTS: dict[str, Assignment] = {
+    "d": {"t-id": frozenset({4})},
+    "a": KEPT,
+    "c": {"t-id": frozenset({2, 3})},
+    "b": {},
+}
+RESULT: dict[str, Assignment] = {
+    "a": KEPT,
+    "b": {"t-id": frozenset({5})},
+    "c": {"t-id": frozenset({2, 3})},
+    "d": {"t-id": frozenset({4, 6})},
+}
+CHANGED = [
+    TargetAssignmentMemberRecord("b", {"t-id": frozenset({5})}),
+    TargetAssignmentMemberRecord("d", {"t-id": frozenset({4, 6})}),
+    TargetAssignmentEpochRecord(7, 5),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec_order", "result_order"),
+    [
+        (["a", "b", "c", "d"], ["a", "b", "c", "d"]),  # the coordinator's case: no dict is built
+        (["d", "b", "a", "c"], ["d", "b", "a", "c"]),  # the spec's order, not id order
+        (["a", "b", "c", "d"], ["c", "a", "d", "b"]),  # another order: read as a mapping
+    ],
+)
+def test_a_group_assignment_gives_the_same_records_in_member_id_order_whatever_its_order(
+    spec_order: list[str], result_order: list[str]
+) -> None:
+    result = GroupAssignment(result_order, [RESULT[m] for m in result_order])
+
+    records, targets = run(CURRENTS, result, spec_order)
+
+    assert records == CHANGED
+    assert targets == RESULT
+
+
+def test_group_assignment_reads_as_a_mapping() -> None:
+    result = GroupAssignment(["b", "a"], [KEPT, EMPTY_ASSIGNMENT])
+
+    assert result == {"a": EMPTY_ASSIGNMENT, "b": KEPT}
+    assert {"a": EMPTY_ASSIGNMENT, "b": KEPT} == result  # noqa: SIM300 - the reflected compare
+    assert result != {"b": KEPT}
+    assert list(result) == ["b", "a"]
+    assert len(result) == 2
+    assert result["b"] is KEPT
+    assert result.get("zz") is None
+    assert "a" in result
+    assert "GroupAssignment" in repr(result)
+    with pytest.raises(ValueError, match="2 member ids but 1 targets"):
+        GroupAssignment(["a", "b"], [KEPT])
+
+
+def test_target_after_finds_a_members_new_target_in_the_records() -> None:
+    records, _ = run(CURRENTS, RESULT)
+
+    assert target_after(records, "b", {}) == {"t-id": frozenset({5})}
+    assert target_after(records, "d", {}) == {"t-id": frozenset({4, 6})}
+    assert target_after(records, "a", KEPT) is KEPT  # unchanged
+    assert target_after(records, "zz", EMPTY_ASSIGNMENT) is EMPTY_ASSIGNMENT
+    assert target_after([TargetAssignmentEpochRecord(7, 5)], "a", KEPT) is KEPT
 
 
 def test_members_an_assignor_leaves_out_get_an_empty_target() -> None:
