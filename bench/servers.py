@@ -141,44 +141,80 @@ class BenchPostgres:
 
         return dsn_for(self.base_dsn, name)
 
+    def set_autovacuum(self, on: bool) -> None:
+        """Switches Postgres' autovacuum daemon on or off. Even with nothing to
+        clean, its worker visits each database every autovacuum_naptime and
+        commits a few catalog transactions there (4 per visit, measured), which
+        pg_stat_database counts as the database's commits like anyone else's."""
+
+        async def alter() -> None:
+            conn = await asyncpg.connect(self.base_dsn)
+            try:
+                await conn.execute(f"ALTER SYSTEM SET autovacuum = {'on' if on else 'off'}")
+                await conn.execute("SELECT pg_reload_conf()")
+            finally:
+                await conn.close()
+
+        asyncio.run(alter())
+
     def close(self) -> None:
         self._server.cleanup()
         self._dir.cleanup()
 
 
-async def postgres_activity(dsn: str) -> dict[str, int]:
-    """Commits and transaction ids of the database so far, with the server's stats flushed.
-
-    Postgres flushes a backend's statistics lazily (up to 10 s after it goes
-    idle), so the coordinator's idle connections are ended first: a backend
-    flushes its counters when it exits, and the coordinator's pool simply
-    reconnects when it next needs one.
-    """
+async def vacuum_analyze(dsn: str) -> None:
+    """Does now the autovacuum and autoanalyze that a join of many members calls
+    for: left to Postgres, they run (as transactions of their own) up to a
+    minute later, inside whatever window is measured next. The coordinator's
+    statistics are flushed first, or their late arrival would call for them again."""
+    await _flush_statistics(dsn)
     conn = await asyncpg.connect(dsn)
     try:
-        database = await conn.fetchval("SELECT current_database()")
+        await conn.execute("VACUUM (ANALYZE)")
+    finally:
+        await conn.close()
+
+
+async def _flush_statistics(dsn: str) -> None:
+    """Ends every connection to the database, which makes each flush its
+    statistics: Postgres does so lazily otherwise, up to 10 s after a backend
+    goes idle. (The coordinator's pool simply reconnects.)"""
+    conn = await asyncpg.connect(dsn)
+    try:
         await conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = $1 AND pid <> pg_backend_pid()",
-            database,
-        )
-        await asyncio.sleep(0.3)
-        await conn.execute("SELECT pg_stat_clear_snapshot()")
-        commits = await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = $1", database)
-        xmax = await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text")
-        # Rows the coordinator wrote, and Postgres' own background work (autovacuum
-        # and autoanalyze take transaction ids of their own after a big join).
-        tables = await conn.fetchrow(
-            "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) AS rows,"
-            " coalesce(sum(autovacuum_count + autoanalyze_count), 0) AS background"
-            " FROM pg_stat_user_tables"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
     finally:
         await conn.close()
-    # Our own connection's queries count as commits too: each of the four above is one.
+    await asyncio.sleep(0.3)  # backends exit, and flush, after the call returns
+
+
+async def postgres_activity(dsn: str) -> dict[str, int]:
+    """Commits and transaction ids of the database so far, with every
+    connection's statistics flushed.
+
+    What measuring costs is the same every time, so a caller can subtract it
+    (two probes in a row): one connection ends the others, and a fresh one reads
+    everything in its first statement, before any transaction of its own counts.
+    """
+    await _flush_statistics(dsn)
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT xact_commit, pg_snapshot_xmax(pg_current_snapshot())::text AS next_xid,"
+            # Rows the coordinator wrote, and Postgres' own background work
+            # (autovacuum and autoanalyze take transaction ids of their own).
+            " (SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables) AS rows,"
+            " (SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0) FROM pg_stat_user_tables)"
+            " AS background"
+            " FROM pg_stat_database WHERE datname = current_database()"
+        )
+    finally:
+        await conn.close()
     return {
-        "xact_commit": int(commits),
-        "next_xid": int(xmax),
-        "rows_written": int(tables["rows"]),
-        "autovacuum_runs": int(tables["background"]),
+        "xact_commit": int(row["xact_commit"]),
+        "next_xid": int(row["next_xid"]),
+        "rows_written": int(row["rows"]),
+        "autovacuum_runs": int(row["background"]),
     }
