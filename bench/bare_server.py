@@ -4,7 +4,7 @@ Same service, same request and response types, same event loop (uvloop) and
 server options as regroup; it parses the request and returns a constant
 response, which is the least any coordinator has to do per heartbeat.
 
-    python -m bench.bare_server PORT
+    python -m bench.bare_server PORT [asyncio]
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ async def serve(port: int) -> None:
 
 
 if __name__ == "__main__":
-    import uvloop
+    if sys.argv[2:] == ["asyncio"]:  # the standard loop, to measure what uvloop saves
+        asyncio.run(serve(int(sys.argv[1])))
+    else:
+        import uvloop
 
-    uvloop.run(serve(int(sys.argv[1])))
+        uvloop.run(serve(int(sys.argv[1])))

@@ -48,7 +48,12 @@ def _add_groups(server: Any, first: int, groups: int, members: int, partitions: 
 
 def growth(postgres: BenchPostgres, groups: int, members: int, partitions: int) -> tuple[int, int]:
     """(RSS growth while `groups` groups joined and settled, RSS after), in a fresh warmed-up process."""
-    server = start_coordinator(postgres.new_database(), assignment_interval_ms=200)
+    # The warm-up groups' members do not heartbeat while the others join, which
+    # may take longer than a default session on a busy machine (they were fenced
+    # and the run never settled): sessions here outlast the run.
+    server = start_coordinator(
+        postgres.new_database(), assignment_interval_ms=200, session_timeout_ms=1_800_000
+    )
     loads = []
     try:
         warm = max(1, groups // 10)

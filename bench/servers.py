@@ -87,9 +87,11 @@ def _spawn(args: list[str], env: dict[str, str], port: int, name: str) -> Server
     return ServerProcess(proc, port, log)
 
 
-def start_bare() -> ServerProcess:
+def start_bare(loop: str = "uvloop") -> ServerProcess:
+    """The bare server, on uvloop (as regroup runs) or on asyncio's own loop."""
     port = free_port()
-    return _spawn([sys.executable, "-m", "bench.bare_server", str(port)], dict(os.environ), port, "bare")
+    args = [sys.executable, "-m", "bench.bare_server", str(port), *(["asyncio"] if loop == "asyncio" else [])]
+    return _spawn(args, dict(os.environ), port, f"bare-{loop}")
 
 
 def start_coordinator(dsn: str, **settings: Any) -> ServerProcess:

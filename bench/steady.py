@@ -130,12 +130,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--processes", type=int, default=2, help="load generator processes")
     parser.add_argument("--concurrency", type=int, default=64, help="calls in flight per process")
-    parser.add_argument("--rounds", type=int, help="alternating bare/regroup phases (default 3, quick 1)")
+    parser.add_argument("--rounds", type=int, help="alternating bare/regroup phases (default 5, quick 1)")
+    parser.add_argument(
+        "--loops",
+        action="store_true",
+        help="instead: the bare server on uvloop (as regroup runs) against asyncio's own loop",
+    )
     args = parser.parse_args(argv)
     groups = args.groups or (4 if args.quick else 100)
     per_group = args.members_per_group or (25 if args.quick else 100)
     seconds = args.seconds or (2.0 if args.quick else 10.0)
-    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.rounds = args.rounds or (1 if args.quick else 5)
     members = make_members(groups, per_group)
     context = {
         "groups": groups,
@@ -145,6 +150,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "seconds": seconds,
         **machine(),
     }
+    if args.loops:
+        return compare_loops(members, seconds, args, context)
 
     # Both servers run side by side and their steady phases alternate, `rounds`
     # times each, so that drifts of this shared machine fall on both alike; the
@@ -200,12 +207,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["server", "calls", "hb/s", "p50 ms", "p99 ms", "server cpu us/rpc", "client cpu us/rpc"],
         rows,
     )
+    round_ratios = [round(r.rate / b.rate, 2) for r, b in zip(runs, baselines, strict=True)]
     throughput_ratio = statistics.median(r.rate / b.rate for r, b in zip(runs, baselines, strict=True))
     cpu_ratio = statistics.median(
         b.cpu_us_per_rpc / r.cpu_us_per_rpc for r, b in zip(runs, baselines, strict=True)
     )
     print(
-        f"throughput ratio regroup/bare = {throughput_ratio:.2f} (target >= 0.8); "
+        f"throughput ratio regroup/bare = {throughput_ratio:.2f} (target >= 0.8; per round {round_ratios}); "
         f"CPU-capacity ratio bare/regroup us per rpc = {cpu_ratio:.2f}; "
         f"Postgres during the steady phase: {commits} commits (target 0), {rows_written} rows written, "
         f"{xids} transaction ids, {background} autovacuum/autoanalyze runs (its daemon off)"
@@ -227,6 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "steady",
         summary=True,
         throughput_ratio=round(throughput_ratio, 3),
+        throughput_ratio_per_round=round_ratios,
         cpu_ratio=round(cpu_ratio, 3),
         postgres_commits=commits,
         postgres_xids=xids,
@@ -234,6 +243,45 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         postgres_autovacuum_runs=background,
         join_seconds=round(max(j["seconds"] for j in joined), 2),
         errors=run.errors,
+        **context,
+    )
+
+
+def compare_loops(
+    members: list[Any], seconds: float, args: argparse.Namespace, context: dict[str, Any]
+) -> dict[str, Any]:
+    """The bare server's throughput and CPU per RPC on uvloop against asyncio's
+    own loop, alternating `rounds` times (the issue's suggestion, measured)."""
+    servers = {loop: start_bare(loop) for loop in ("uvloop", "asyncio")}
+    loads = {loop: LoadGenerator(server.target, members, args.processes) for loop, server in servers.items()}
+    try:
+        runs: dict[str, list[Run]] = {loop: [] for loop in servers}
+        for _ in range(args.rounds):
+            for loop, server in servers.items():
+                runs[loop].append(_steady(server, loads[loop], seconds, args.concurrency, f"bare on {loop}"))
+    finally:
+        for load in loads.values():
+            load.close()
+        for server in servers.values():
+            server.stop()
+    table(
+        f"The bare server's event loop: {len(members)} members, {args.processes} load processes x "
+        f"{args.concurrency} in flight, {seconds:.0f} s, {args.rounds} rounds (median run)",
+        ["server", "calls", "hb/s", "p50 ms", "p99 ms", "server cpu us/rpc"],
+        [
+            [r.name, r.calls, r.rate, r.p(50), r.p(99), r.cpu_us_per_rpc]
+            for r in map(_median_run, runs.values())
+        ],
+    )
+    pairs = list(zip(runs["uvloop"], runs["asyncio"], strict=True))
+    throughput = statistics.median(u.rate / a.rate for u, a in pairs)
+    cpu = statistics.median(u.cpu_us_per_rpc / a.cpu_us_per_rpc for u, a in pairs)
+    print(f"uvloop/asyncio: throughput {throughput:.2f}x, CPU per RPC {cpu:.2f}x")
+    return figure(
+        "steady",
+        loops=True,
+        throughput_ratio=round(throughput, 3),
+        cpu_per_rpc_ratio=round(cpu, 3),
         **context,
     )
 
