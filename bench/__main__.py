@@ -10,6 +10,8 @@ import argparse
 import importlib
 import time
 
+from bench.report import cpu_times, figure, steal_percent
+
 BENCHMARKS = ("steady", "convergence", "assignors", "stall", "memory")
 
 
@@ -22,11 +24,14 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown benchmarks {sorted(unknown)}; choose from {', '.join(BENCHMARKS)}")
     for name in args.only or BENCHMARKS:
-        started = time.monotonic()
+        started, ticks = time.monotonic(), cpu_times()
         print(f"\n=== {name} ({'full' if args.full else 'quick'}) ===", flush=True)
         module = importlib.import_module(f"bench.{name}")
         module.main([] if args.full else ["--quick"])
+        steal = steal_percent(ticks)
         print(f"=== {name} took {time.monotonic() - started:.0f} s ===", flush=True)
+        if steal is not None:
+            figure(name, host_steal_percent=steal)  # the machine's neighbours, for reading the figures
 
 
 if __name__ == "__main__":

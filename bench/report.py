@@ -22,6 +22,29 @@ def machine() -> dict[str, Any]:
     return {"python": platform.python_version(), "cpus": os.cpu_count(), "machine": platform.machine()}
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(steal, total) CPU time of the whole machine so far, in clock ticks
+    (/proc/stat); None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is inside user)
+    ticks = [int(x) for x in fields[1:9]]
+    return ticks[7], sum(ticks)
+
+
+def steal_percent(since: tuple[int, int] | None) -> float | None:
+    """The share of CPU time the hypervisor gave to other guests since `since`
+    (a cpu_times() reading): a run taken while it is high measured the host's
+    neighbours as much as the code."""
+    now = cpu_times()
+    if since is None or now is None or now[1] == since[1]:
+        return None
+    return round(100 * (now[0] - since[0]) / (now[1] - since[1]), 1)
+
+
 def figure(bench: str, **fields: Any) -> dict[str, Any]:
     """Prints one figure as a JSON line (and keeps it under bench/results/)."""
     line = {"bench": bench, **fields}
