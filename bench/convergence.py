@@ -159,16 +159,48 @@ def plot(events: Sequence[Event], t0: float, interval_s: float, title: str, path
     end = max((xs[-1] for xs, _ in series.values()), default=0.0) + 0.5
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     alpha = 0.9 if len(series) <= 20 else max(0.08, 20 / len(series))
-    for xs, ys in series.values():
-        ax.plot([*xs, end], [*ys, ys[-1]], linewidth=1, alpha=alpha)
+    peak = max(series, key=lambda m: max(series[m][1]), default=None)
+    for member, (xs, ys) in series.items():
+        if member != peak or len(series) <= 20:
+            ax.plot([*xs, end], [*ys, ys[-1]], linewidth=1, alpha=alpha)
+    if peak is not None and len(series) > 20:
+        # Drawn last and solid: among many faint lines, the one that held the most.
+        xs, ys = series[peak]
+        ax.plot([*xs, end], [*ys, ys[-1]], linewidth=1.5, color="tab:red", label="the member that held most")
+        ax.legend(loc="center left")
     ax.set_xlabel("time since the change (heartbeat intervals)")
     ax.set_ylabel("partitions owned")
+    finals = sorted(counts.values())
+    if finals and max(max(ys) for _, ys in series.values()) > 20 * max(1, finals[len(finals) // 2]):
+        # One member held far more than the share each ends with (the first to
+        # join takes everything): a linear axis would flatten everyone else.
+        ax.set_yscale("symlog", linthresh=10)
+    if len(series) > 20:
+        # Too many lines to tell apart: how many members own something, over time.
+        owners = ax.twinx()
+        xs, ys = _owners_over_time(events, t0, interval_s)
+        owners.step([*xs, end], [*ys, ys[-1]], where="post", color="black", linewidth=1.5)
+        owners.set_ylabel("members owning partitions (black)")
+        owners.set_ylim(bottom=0)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def _owners_over_time(events: Sequence[Event], t0: float, interval_s: float) -> tuple[list[float], list[int]]:
+    counts: dict[str, int] = {}
+    owning = 0
+    xs, ys = [0.0], [0]
+    for at, member, acquired, released in sorted(events, key=lambda e: e[0]):
+        before = counts.get(member, 0)
+        counts[member] = before + len(acquired) - len(released)
+        owning += (counts[member] > 0) - (before > 0)
+        xs.append((at - t0) / interval_s)
+        ys.append(owning)
+    return xs, ys
 
 
 @dataclass
