@@ -64,6 +64,8 @@ def _grow(target: str, topic: str, partitions: int, seconds: float, period: floa
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, help="idle/recomputing phase pairs (default 5, quick 1)")
+    parser.add_argument("--seconds", type=float, help="length of each phase (default 8, quick 2)")
     args = parser.parse_args(argv)
     if args.quick:
         small_groups, small_members, big_members, big_partitions, seconds, rounds = 10, 5, 20, 2_000, 2.0, 1
@@ -76,6 +78,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             8.0,
             5,
         )
+    rounds = args.rounds or rounds
+    seconds = args.seconds or seconds
     interval_ms, assignment_interval_ms = 500, 1000
 
     postgres = BenchPostgres()
