@@ -148,14 +148,18 @@ def plot(events: Sequence[Event], t0: float, interval_s: float, title: str, path
 
     counts: dict[str, int] = {}
     series: dict[str, tuple[list[float], list[int]]] = {}
+    owners_x, owners_y = [0.0], [0]  # how many members own something
     for at, member, acquired, released in sorted(events, key=lambda e: e[0]):
-        counts[member] = counts.get(member, 0) + len(acquired) - len(released)
+        before = counts.get(member, 0)
+        counts[member] = before + len(acquired) - len(released)
         xs, ys = series.setdefault(member, ([0.0], [0]))
         x = (at - t0) / interval_s
         xs.append(x)
         ys.append(ys[-1])
         xs.append(x)
         ys.append(counts[member])
+        owners_x.append(x)
+        owners_y.append(owners_y[-1] + (counts[member] > 0) - (before > 0))
     end = max((xs[-1] for xs, _ in series.values()), default=0.0) + 0.5
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     alpha = 0.9 if len(series) <= 20 else max(0.08, 20 / len(series))
@@ -178,8 +182,7 @@ def plot(events: Sequence[Event], t0: float, interval_s: float, title: str, path
     if len(series) > 20:
         # Too many lines to tell apart: how many members own something, over time.
         owners = ax.twinx()
-        xs, ys = _owners_over_time(events, t0, interval_s)
-        owners.step([*xs, end], [*ys, ys[-1]], where="post", color="black", linewidth=1.5)
+        owners.step([*owners_x, end], [*owners_y, owners_y[-1]], where="post", color="black", linewidth=1.5)
         owners.set_ylabel("members owning partitions (black)")
         owners.set_ylim(bottom=0)
     ax.set_title(title)
@@ -188,19 +191,6 @@ def plot(events: Sequence[Event], t0: float, interval_s: float, title: str, path
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
-
-
-def _owners_over_time(events: Sequence[Event], t0: float, interval_s: float) -> tuple[list[float], list[int]]:
-    counts: dict[str, int] = {}
-    owning = 0
-    xs, ys = [0.0], [0]
-    for at, member, acquired, released in sorted(events, key=lambda e: e[0]):
-        before = counts.get(member, 0)
-        counts[member] = before + len(acquired) - len(released)
-        owning += (counts[member] > 0) - (before > 0)
-        xs.append((at - t0) / interval_s)
-        ys.append(owning)
-    return xs, ys
 
 
 @dataclass

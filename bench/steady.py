@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # commits of its own, is off until the end (rows written and transaction
         # ids are still counted, whoever writes).
         asyncio.run(vacuum_analyze(dsn))
-        postgres.set_autovacuum(False)
+        postgres.disable_autovacuum()
         probe = asyncio.run(postgres_activity(dsn))
         probe_again = asyncio.run(postgres_activity(dsn))
         own = {k: probe_again[k] - probe[k] for k in probe}  # what measuring itself costs
@@ -207,8 +207,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["server", "calls", "hb/s", "p50 ms", "p99 ms", "server cpu us/rpc", "client cpu us/rpc"],
         rows,
     )
-    round_ratios = [round(r.rate / b.rate, 2) for r, b in zip(runs, baselines, strict=True)]
-    throughput_ratio = statistics.median(r.rate / b.rate for r, b in zip(runs, baselines, strict=True))
+    ratios = [r.rate / b.rate for r, b in zip(runs, baselines, strict=True)]
+    round_ratios = [round(x, 2) for x in ratios]
+    throughput_ratio = statistics.median(ratios)
     cpu_ratio = statistics.median(
         b.cpu_us_per_rpc / r.cpu_us_per_rpc for r, b in zip(runs, baselines, strict=True)
     )
