@@ -63,3 +63,24 @@ async def test_a_replica_that_lost_the_group_cannot_write(database: str, write: 
     finally:
         await old.close()
         await new.close()
+
+
+async def test_a_released_connection_is_not_reset_with_another_round_trip(database: str) -> None:
+    """A write is one statement: the pool sends nothing after it when the connection goes back."""
+    store = await PostgresStore.connect(database, "r1", max_size=1)
+    try:
+        await store.claim_ownership()
+        await store.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)])
+        await store.append("g", [current(2)])  # the one-statement path, through pool.execute
+        observer = await PostgresStore.connect(database, "observer")
+        try:
+            last = await observer._pool.fetch(
+                "SELECT query FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = '' AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await observer.close()
+    finally:
+        await store.close()
+    assert [row["query"] for row in last if "current_assignments" in row["query"]], last
+    assert not [row for row in last if "RESET ALL" in row["query"]], last
