@@ -661,13 +661,18 @@ class Coordinator:
     def _log_records(self, group: Group | None, group_id: str, records: Sequence[Record], cause: str) -> None:
         """One event per state change, named after it (the engine itself never logs)."""
         log = self.log.bind(group_id=group_id)
-        known = set() if group is None else set(group.members)
+        # Members that joined in these records; the group's own are looked up in it, not
+        # copied: a big group's every reconciliation step passes through here.
+        joined: set[str] = set()
+        members = {} if group is None else group.members
         epoch = 0 if group is None else group.group_epoch
         targets_changed = 0
         for record in records:
             match record:
-                case MemberMetadataRecord() if record.member_id not in known:
-                    known.add(record.member_id)
+                case MemberMetadataRecord():
+                    if record.member_id in members or record.member_id in joined:
+                        continue
+                    joined.add(record.member_id)
                     log.info(
                         "member_joined",
                         member_id=record.member_id,
