@@ -47,3 +47,11 @@ def test_memory_smoke() -> None:
     from bench import memory
 
     assert memory.main(["--quick"])["live_heap_bytes"] > 0
+
+
+def test_stall_quiet_phases_compare_only_phases_taken_on_a_quiet_host() -> None:
+    from bench.stall import quiet_phases
+
+    idle, busy, ratio = quiet_phases([5.0, 40.0, 6.0], [0.4, 12.0, 1.1], [8.0, 9.0, 60.0], [None, 1.9, 9.0])
+    assert (idle, busy, ratio) == ([5.0, 6.0], [9.0], 9.0 / 5.5)
+    assert quiet_phases([5.0], [0.5], [7.0], [3.0]) == ([5.0], [], None)
