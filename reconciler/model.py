@@ -372,6 +372,19 @@ class Group:
                 else:
                     del self._partition_epochs[topic_id], self._owned_counts[topic_id]
 
+    def _restamp_partitions(self, member: Member) -> None:
+        """Moves the partitions `member` already holds to its (new) epoch.
+
+        Every partition a member holds was registered when it was claimed (the
+        array grown to fit it), so each one is simply overwritten."""
+        epoch = member.member_epoch
+        for owned in (member.assigned, member.pending_revocation):
+            for topic_id, partitions in owned.items():
+                if partitions:
+                    epochs = self._partition_epochs[topic_id]
+                    for partition in partitions:
+                        epochs[partition] = epoch
+
     def _claim_partitions(self, member: Member) -> None:
         # Check everything first so that a refused claim changes nothing.
         for owned in (member.assigned, member.pending_revocation):
