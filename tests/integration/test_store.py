@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
 
 from regroup.reconciler.model import MemberState
@@ -72,11 +73,11 @@ async def test_a_released_connection_is_not_reset_with_another_round_trip(databa
         await store.claim_ownership()
         await store.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)])
         await store.append("g", [current(2)])  # the one-statement path, through pool.execute
-        observer = await PostgresStore.connect(database, "observer")
+        observer = await asyncpg.connect(database)
         try:
-            last = await observer._pool.fetch(
+            last = await observer.fetch(
                 "SELECT query FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = '' AND pid <> pg_backend_pid()"
+                " AND pid <> pg_backend_pid()"
             )
         finally:
             await observer.close()
