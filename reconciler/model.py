@@ -224,6 +224,7 @@ class Group:
 
     __slots__ = (
         "_assignor_counts",
+        "_client_assignor_members",
         "_instance_index",
         "_member_order",
         "_member_order_sorted",
@@ -283,6 +284,9 @@ class Group:
         self._topic_name_counts: dict[str, int] = {}
         self._regex_counts: dict[str, int] = {}
         self._assignor_counts: dict[str, int] = {}
+        #: How many members compute targets client-side (so that a big group's
+        #: computation does not pass over its members to find out).
+        self._client_assignor_members = 0
 
     # -- reads -------------------------------------------------------------
 
@@ -330,6 +334,10 @@ class Group:
     def server_assignor_counts(self) -> Mapping[str, int]:
         return self._assignor_counts
 
+    def has_client_assignors(self) -> bool:
+        """Whether any member supports a client-side assignor."""
+        return self._client_assignor_members > 0
+
     # -- index maintenance (called by replay only) -------------------------
 
     def _index_member_id(self, member_id: str, sign: int) -> None:
@@ -354,6 +362,8 @@ class Group:
             _count(self._regex_counts, member.subscribed_topic_regex, sign)
         if member.server_assignor is not None:
             _count(self._assignor_counts, member.server_assignor, sign)
+        if member.client_assignors:
+            self._client_assignor_members += sign
 
     def _release_partitions(self, member: Member) -> None:
         for owned in (member.assigned, member.pending_revocation):

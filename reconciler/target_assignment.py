@@ -19,7 +19,7 @@ from .context import Context, GroupConfig
 from .errors import UnknownServerError
 from .model import EMPTY_ASSIGNMENT, Assignment, Group, Member
 from .records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
-from .subscription import member_topic_ids
+from .subscription import group_topics, member_topic_ids
 from .topics import Topic, TopicsImage
 
 
@@ -198,15 +198,52 @@ class PendingAssignment:
         return records
 
 
-def pending_assignment(group: Group, ctx: Context) -> PendingAssignment | None:
-    """The target computation a group whose epoch moved ahead of it needs, or None."""
+@dataclass(frozen=True, slots=True)
+class PendingTarget:
+    """A pending target computation before its members are read: what the
+    group's indexes tell without a pass over the members. The shell sends a big
+    group's computation to its worker process from this and only the members
+    that changed since the last one (10,000 members took 8 - 19 ms to read on
+    the event loop, once per assignment interval, stalling every other group)."""
+
+    group_epoch: int
+    now_ms: int
+    assignor: str
+    #: The existing topics any member subscribes to, by id (sorted): all that
+    #: resolving any member's subscription can need.
+    topics: Mapping[str, Topic]
+
+    def fits_inline(self, config: GroupConfig) -> bool:
+        return fits_inline(self.topics.values(), config)
+
+    def with_members(
+        self, members: Mapping[str, Member], current_targets: Mapping[str, Assignment], order: Iterable[str]
+    ) -> PendingAssignment:
+        """The computation over `members` (their subscriptions resolved against
+        `topics`, the same as against the whole image) and their current targets;
+        `order`: their ids, sorted."""
+        spec = group_spec(members, current_targets, TopicsImage(self.topics.values()), order)
+        return PendingAssignment(self.group_epoch, self.now_ms, self.assignor, spec)
+
+
+def pending_target(group: Group, ctx: Context) -> PendingTarget | None:
+    """The target computation a group whose epoch moved ahead of it needs, or None;
+    without a pass over its members."""
     if group.group_epoch <= group.assignment_epoch:
         return None
-    if any(m.client_assignors for m in group.members.values()):
+    if group.has_client_assignors():
         return None  # a member computes this group's target (client_assignment.py)
     assignor = preferred_assignor(group.server_assignor_counts(), ctx.config)
-    spec = group_spec(group.members, group.target, ctx.image, group.member_ids_in_order())
-    return PendingAssignment(group.group_epoch, ctx.now_ms, assignor, spec)
+    topics = group_topics(ctx.image, group.subscribed_topic_names(), group.subscribed_regexes())
+    return PendingTarget(group.group_epoch, ctx.now_ms, assignor, {t.topic_id: t for t in topics})
+
+
+def pending_assignment(group: Group, ctx: Context) -> PendingAssignment | None:
+    """The target computation a group whose epoch moved ahead of it needs, or None."""
+    pending = pending_target(group, ctx)
+    if pending is None:
+        return None
+    return pending.with_members(group.members, group.target, group.member_ids_in_order())
 
 
 def compute_pending_assignment(group: Group, ctx: Context) -> list[Record]:

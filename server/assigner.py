@@ -5,13 +5,17 @@ thread it would still hold the GIL and stall the event loop (every other
 group's heartbeats) in slices of the switch interval; in a process it costs
 the event loop only what crosses the pipe.
 
-What crosses is kept small: the worker keeps a copy of each group's current
-targets, and a request carries only the targets that changed since the last
-one (by identity: replay swaps the object of every target it changes), plus
-the members and their subscriptions (shared frozensets, pickled once). A
-computation answers with the engine's records, which name only the members
-whose target moved. If the worker's copy is not the one a request builds on
-(a restart, a failed call), it says so and gets the whole group again.
+What crosses is kept small, and building it never passes over the members: the
+worker keeps a copy of each big group's members (id, instance, rack,
+subscription) and current targets, and a request carries only the members whose
+metadata or target changed since the last one. The coordinator learns which
+from the records it replays (`observe`); its own reads are the group's indexes
+(`PendingTarget`). The worker resolves subscriptions against the subscribed
+topics the request carries and runs the same engine code as an inline
+computation, and answers with the engine's records, which name only the
+members whose target moved. If the worker's copy is not the one a request
+builds on (a restart, a failed call, a reloaded group), it says so and gets the
+whole group again.
 """
 
 from __future__ import annotations
@@ -21,39 +25,58 @@ import contextlib
 import itertools
 import multiprocessing
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from regroup.reconciler import GroupConfig, Record, Topic
-from regroup.reconciler.assignors import GroupSpec, MemberSpec, SubscriptionType
-from regroup.reconciler.errors import CoordinatorNotAvailable
-from regroup.reconciler.model import Assignment
-from regroup.reconciler.target_assignment import PendingAssignment
+from regroup.reconciler.errors import CoordinatorNotAvailable, UnknownServerError
+from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Group, Member
+from regroup.reconciler.records import (
+    MemberMetadataRecord,
+    MemberMetadataTombstone,
+    TargetAssignmentMemberRecord,
+    TargetAssignmentMemberTombstone,
+)
+from regroup.reconciler.target_assignment import PendingTarget
 
 #: The worker's niceness: computing a target is batch work, and on a busy machine it
 #: should wait for the heartbeats (of this process and its database), not delay them.
 WORKER_NICENESS = 10
 
-#: A member as sent: member id, instance id, rack id, subscribed topic ids.
-_WireMember = tuple[str, str | None, str | None, frozenset[str]]
+#: A member as sent: member id, instance id, rack id, subscribed topic names and
+#: regex (names tuples are shared, so pickled once per request), current target.
+_WireMember = tuple[str, str | None, str | None, tuple[str, ...], str | None, Assignment]
+
+#: The records that change what a member gives the assignor (its metadata, its
+#: presence, its current target); a member's epoch steps do not.
+_MEMBER_INPUTS = (
+    MemberMetadataRecord,
+    MemberMetadataTombstone,
+    TargetAssignmentMemberRecord,
+    TargetAssignmentMemberTombstone,
+)
 
 
 class _Request(NamedTuple):
     group_id: str
-    #: The token of the copy `changed` applies to; 0 sends the whole group.
+    #: The token of the copy `members` and `removed` apply to; 0 sends the whole group.
     base: int
     #: The token of the copy this request leaves in the worker.
     token: int
     group_epoch: int
     now_ms: int
     assignor: str
-    members: tuple[_WireMember, ...]
-    #: Current targets that differ from the copy (all of them when `base` is 0).
-    changed: dict[str, Assignment]
+    #: The existing topics any member subscribes to, by id.
     topics: dict[str, Topic]
-    subscription_type: SubscriptionType | None
+    #: Members new or changed since the copy (all of them when `base` is 0).
+    members: tuple[_WireMember, ...]
+    #: Members gone since the copy.
+    removed: tuple[str, ...]
+    #: How many members the group has: the copy must hold as many.
+    size: int
     #: Groups whose copies the worker may drop.
     forget: tuple[str, ...]
 
@@ -61,8 +84,8 @@ class _Request(NamedTuple):
 # -- the worker process ------------------------------------------------------------
 
 _config: GroupConfig | None = None
-#: group id -> (token, current target per member id)
-_copies: dict[str, tuple[int, dict[str, Assignment]]] = {}
+#: group id -> (token, members by id, current target per member id)
+_copies: dict[str, tuple[int, dict[str, Member], dict[str, Assignment]]] = {}
 
 
 def _init_worker(config: GroupConfig) -> None:
@@ -77,32 +100,35 @@ def _compute(request: _Request) -> list[Record] | None:
     assert _config is not None
     for group_id in request.forget:
         _copies.pop(group_id, None)
-    previous: dict[str, Assignment] = {}
+    # Taken out until the computation succeeds: a failure leaves no copy to build on.
+    held = _copies.pop(request.group_id, None)
+    members: dict[str, Member] = {}
+    targets: dict[str, Assignment] = {}
     if request.base:
-        held = _copies.get(request.group_id)
         if held is None or held[0] != request.base:
             return None
-        previous = held[1]
-    changed = request.changed
-    currents: dict[str, Assignment] = {}
-    specs: dict[str, MemberSpec] = {}
-    for member_id, instance_id, rack_id, topic_ids in request.members:
-        current = changed.get(member_id)
-        if current is None:
-            current = previous.get(member_id)
-            if current is None:
-                _copies.pop(request.group_id, None)
-                return None
-        currents[member_id] = current
-        specs[member_id] = MemberSpec(member_id, instance_id, rack_id, topic_ids, current)
-    _copies[request.group_id] = (request.token, currents)
-    pending = PendingAssignment(
-        request.group_epoch,
-        request.now_ms,
-        request.assignor,
-        GroupSpec(specs, request.topics, request.subscription_type),
-    )
-    return pending.compute(_config)
+        _, members, targets = held
+    for member_id in request.removed:
+        members.pop(member_id, None)
+        targets.pop(member_id, None)
+    for member_id, instance_id, rack_id, names, regex, target in request.members:
+        members[member_id] = Member(
+            member_id,
+            instance_id=instance_id,
+            rack_id=rack_id,
+            subscribed_topic_names=names,
+            subscribed_topic_regex=regex,
+        )
+        if target:
+            targets[member_id] = target
+        else:
+            targets.pop(member_id, None)
+    if len(members) != request.size:
+        return None
+    pending = PendingTarget(request.group_epoch, request.now_ms, request.assignor, request.topics)
+    records = pending.with_members(members, targets, sorted(members)).compute(_config)
+    _copies[request.group_id] = (request.token, members, targets)
+    return records
 
 
 def _ping() -> None:
@@ -112,14 +138,25 @@ def _ping() -> None:
 # -- the coordinator's side ------------------------------------------------------------
 
 
+@dataclass
+class _Sent:
+    """What the worker's copy of a group was read from, and what changed since."""
+
+    token: int
+    #: The group object it was read from: a reloaded group is a new object, sent whole.
+    group: Group
+    #: Ids of the members whose metadata, presence or target changed since.
+    changed: set[str] = field(default_factory=set)
+
+
 class Assigner:
-    """Runs `PendingAssignment`s in one worker process, started when first needed."""
+    """Runs big groups' target computations in one worker process, started when first needed."""
 
     def __init__(self, config: GroupConfig) -> None:
         self._config = config
         self._pool: ProcessPoolExecutor | None = None
-        #: group id -> (token, the current targets the worker's copy holds)
-        self._sent: dict[str, tuple[int, dict[str, Assignment]]] = {}
+        #: group id -> the copy the worker holds
+        self._sent: dict[str, _Sent] = {}
         self._forget: set[str] = set()
         self._tokens = itertools.count(1)
 
@@ -148,11 +185,30 @@ class Assigner:
             if self._sent.pop(group_id, None) is not None:
                 self._forget.add(group_id)
 
-    async def compute(self, group_id: str, pending: PendingAssignment) -> list[Record]:
+    def observe(self, group_id: str, group: Group, records: Sequence[Record]) -> None:
+        """`records` were just replayed onto `group`: notes the members they change.
+
+        The runtime calls this for every write it replays (only a group the worker
+        holds a copy of costs more than a lookup), so the next request carries
+        exactly the members that changed."""
+        sent = self._sent.get(group_id)
+        if sent is None:
+            return
+        if sent.group is not group:
+            self.forget((group_id,))
+            return
+        changed = sent.changed
+        for record in records:
+            if isinstance(record, _MEMBER_INPUTS):
+                changed.add(record.member_id)
+
+    async def compute(self, group_id: str, group: Group, pending: PendingTarget) -> list[Record]:
+        """The records of `group`'s new target. The group must not change meanwhile
+        (the runtime holds its lock)."""
         loop = asyncio.get_running_loop()
         broken = 0
         while True:
-            request, copy = self._request(group_id, pending)
+            request = self._request(group_id, group, pending)
             self._forget.difference_update(request.forget)
             pool = self._executor()
             try:
@@ -172,33 +228,47 @@ class Assigner:
                 raise
             if records is None:
                 self._sent.pop(group_id, None)
+                if not request.base:
+                    # The whole group cannot fail to apply: a bug, not to be retried forever.
+                    raise UnknownServerError(f"The assignment worker refused group {group_id} sent whole.")
                 continue
-            self._sent[group_id] = (request.token, copy)
+            self._sent[group_id] = _Sent(request.token, group)
             return records
 
-    def _request(self, group_id: str, pending: PendingAssignment) -> tuple[_Request, dict[str, Assignment]]:
+    def _request(self, group_id: str, group: Group, pending: PendingTarget) -> _Request:
         sent = self._sent.get(group_id)
-        previous = sent[1] if sent is not None else {}
-        members: list[_WireMember] = []
-        copy: dict[str, Assignment] = {}
-        changed: dict[str, Assignment] = {}
-        for member_id, spec in pending.spec.members.items():
-            members.append((member_id, spec.instance_id, spec.rack_id, spec.subscribed_topic_ids))
-            current = spec.current
-            copy[member_id] = current
-            if previous.get(member_id) is not current:
-                changed[member_id] = current
-        request = _Request(
+        if sent is not None and sent.group is not group:
+            sent = None
+        members = group.members
+        targets = group.target
+        if sent is None:
+            ids: Collection[str] = members
+            removed: tuple[str, ...] = ()
+        else:
+            ids = [m for m in sent.changed if m in members]
+            removed = tuple(m for m in sent.changed if m not in members)
+        wire = tuple(
+            (
+                member_id,
+                member.instance_id,
+                member.rack_id,
+                member.subscribed_topic_names,
+                member.subscribed_topic_regex,
+                targets.get(member_id, EMPTY_ASSIGNMENT),
+            )
+            for member_id in ids
+            for member in (members[member_id],)
+        )
+        return _Request(
             group_id=group_id,
-            base=sent[0] if sent is not None else 0,
+            base=sent.token if sent is not None else 0,
             token=next(self._tokens),
             group_epoch=pending.group_epoch,
             now_ms=pending.now_ms,
             assignor=pending.assignor,
-            members=tuple(members),
-            changed=changed,
-            topics=dict(pending.spec.topics),
-            subscription_type=pending.spec.subscription_type,
+            topics=dict(pending.topics),
+            members=wire,
+            removed=removed,
+            size=len(members),
             forget=tuple(self._forget),
         )
-        return request, copy

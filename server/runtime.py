@@ -72,7 +72,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
 )
 from regroup.reconciler.subscription import subscribes_to_any
-from regroup.reconciler.target_assignment import pending_assignment
+from regroup.reconciler.target_assignment import pending_target
 from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_name
 from regroup.reconciler.validation import validate_id
 
@@ -304,6 +304,7 @@ class Coordinator:
                 self.assigner.forget((group_id,))
             else:
                 self.groups[group_id] = replayed
+                self.assigner.observe(group_id, replayed, result.records)
         self._apply_timers(group_id, result.timers)
         return result.response
 
@@ -337,6 +338,7 @@ class Coordinator:
         if owner is not None and owner != (self.store.replica_id, self.store.owner_epoch):
             raise NotCoordinator(f"Group {group_id} is owned by {owner[0]} at owner epoch {owner[1]}.")
         self._stale.discard(group_id)
+        self.assigner.forget((group_id,))  # the worker's copy was read from the old object
         if group is None:
             self.groups.pop(group_id, None)
         else:
@@ -563,13 +565,15 @@ class Coordinator:
         async def op(group: Group | None, ctx: Context) -> Result[bool]:
             if group is None or self.timers.deadline(key) is not None:
                 return Result(False)
-            pending = pending_assignment(group, ctx)
+            # Read from the group's indexes: a big group's members are not passed over here.
+            pending = pending_target(group, ctx)
             if pending is None:
                 return Result(False)
             if pending.fits_inline(ctx.config):
-                records = pending.compute(ctx.config)
+                inline = pending.with_members(group.members, group.target, group.member_ids_in_order())
+                records = inline.compute(ctx.config)
             else:
-                records = await self.assigner.compute(key.group_id, pending)
+                records = await self.assigner.compute(key.group_id, group, pending)
             return Result(bool(records), tuple(records))
 
         return op

@@ -303,3 +303,26 @@ async def test_big_group_target_is_computed_off_the_event_loop(start_service: Se
     assert (await service.stubs.describe("g1")).assignment_epoch == 1
     await converge(service.stubs, "g1", [member])
     assert len(member.partitions()) == 100
+
+    # Later computations send the worker only the members that changed (a join, then a
+    # leave, learnt from the records the runtime replays): the targets still follow.
+    second = WireMember(service.stubs.coordinator, "g1", "b", ["orders"])
+    await second.heartbeat()
+    await settle_in_worker(service, [member, second], [50, 50])
+    await member.leave()
+    await settle_in_worker(service, [second], [100])
+
+
+async def settle_in_worker(service: Service, members: list[WireMember], sizes: list[int]) -> None:
+    """Runs due timers and heartbeats until the worker's target is installed and owned."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        await service.coordinator.expire_due()
+        for m in members:
+            await m.heartbeat()
+        assert_disjoint(members)
+        group = await service.stubs.describe("g1")
+        if group.group_state == "Stable" and [len(m.partitions()) for m in members] == sizes:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"g1 did not settle: {group}")

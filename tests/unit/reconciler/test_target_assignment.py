@@ -10,10 +10,11 @@ import pytest
 from regroup.reconciler import Topic
 from regroup.reconciler.assignors import GroupAssignment, GroupSpec, MemberSpec, SubscriptionType
 from regroup.reconciler.context import GroupConfig
-from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member
+from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, ClientAssignor, Member
 from regroup.reconciler.records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
-from regroup.reconciler.target_assignment import assign_target, group_spec, target_after
+from regroup.reconciler.target_assignment import assign_target, group_spec, pending_target, target_after
 from regroup.reconciler.topics import TopicsImage
+from tests.support.engine import EngineHarness, beat, join
 
 TOPIC = Topic("t-id", "t", 8)
 KEPT: Assignment = {"t-id": frozenset({0, 1})}
@@ -153,3 +154,40 @@ def test_group_spec_states_the_subscription_type_and_orders_members_by_id() -> N
     assert list(homogeneous.members) == ["a", "b"]
     assert heterogeneous.subscription_type is SubscriptionType.HETEROGENEOUS
     assert heterogeneous.members["b"].subscribed_topic_ids == frozenset({"t-id"})
+
+
+def test_pending_target_reads_the_indexes_and_resolves_as_the_whole_image_would() -> None:
+    """A big group's computation is built from the subscribed topics alone (no pass
+    over the members); resolving every member against them gives the very spec
+    that resolving against the whole image gives."""
+    h = EngineHarness(config=GroupConfig(inline_assignment_max_partitions=1), now_ms=5)
+    for name, partitions in (("foo", 4), ("bar", 3), ("baz", 2), ("other", 5)):
+        h.create_topic(name, partitions)
+    h.heartbeat(join("g", "a", ["foo", "missing"]))
+    h.heartbeat(join("g", "b", [], subscribed_topic_regex="ba.*"))
+    h.heartbeat(join("g", "c", ["foo"], subscribed_topic_regex="baz"))
+    group, ctx = h.groups["g"], h.ctx()
+
+    pending = pending_target(group, ctx)
+    assert pending is not None
+    assert list(pending.topics) == ["bar-id", "baz-id", "foo-id"]
+    whole = group_spec(group.members, group.target, ctx.image, group.member_ids_in_order())
+    assert pending.with_members(group.members, group.target, group.member_ids_in_order()).spec == whole
+    assert whole.subscription_type is SubscriptionType.HETEROGENEOUS
+
+
+def test_no_server_side_computation_while_members_assign_client_side() -> None:
+    h = EngineHarness(config=GroupConfig(inline_assignment_max_partitions=1), now_ms=5)
+    h.create_topic("foo", 4)
+    client_side = (ClientAssignor("sticky", 0, 1),)
+    h.heartbeat(join("g", "a", ["foo"], client_assignors=client_side))
+    h.heartbeat(join("g", "b", ["foo"], client_assignors=client_side))
+    assert h.groups["g"].has_client_assignors()
+    assert pending_target(h.groups["g"], h.ctx()) is None
+
+    h.heartbeat(beat("g", "a", -1))
+    assert h.groups["g"].has_client_assignors()
+    h.heartbeat(beat("g", "b", -1))
+    assert not h.groups["g"].has_client_assignors()
+    h.heartbeat(join("g", "c", ["foo"]))
+    assert pending_target(h.groups["g"], h.ctx()) is not None

@@ -1,25 +1,49 @@
 """The assignment worker process: the same records as the engine computes in place,
-with only changed targets sent after the first computation, and a whole resend
-whenever the worker's copy cannot be trusted."""
+with only the members that changed sent after the first computation (learnt from
+the replayed records, never by reading every member), and a whole resend whenever
+the worker's copy cannot be trusted."""
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from regroup.reconciler import GroupConfig, Result
-from regroup.reconciler.records import TargetAssignmentMemberRecord
-from regroup.reconciler.target_assignment import PendingAssignment, pending_assignment
+from regroup.reconciler.records import CurrentAssignmentRecord, TargetAssignmentMemberRecord
+from regroup.reconciler.target_assignment import PendingTarget, pending_assignment, pending_target
 from regroup.server.assigner import Assigner
-from tests.support.engine import EngineHarness, join
+from tests.support.engine import EngineHarness, beat, join
+
+#: Every target is left to the assignment timer (as for a big group), none computed in a heartbeat.
+DEFERRED = GroupConfig(inline_assignment_max_partitions=10)
 
 
-def big_group() -> EngineHarness:
-    """A settled group of 20 members over 1,000 partitions of two topics."""
-    h = EngineHarness(config=GroupConfig(), now_ms=10_000)
+@dataclass
+class WatchedHarness(EngineHarness):
+    """Tells the assigner about every write replayed, as the runtime does."""
+
+    assigner: Assigner | None = None
+
+    def apply(self, group_id: str, result: Result[Any]) -> None:
+        super().apply(group_id, result)
+        if self.assigner is None:
+            return
+        group = self.groups.get(group_id)
+        if group is None:
+            self.assigner.forget((group_id,))
+        else:
+            self.assigner.observe(group_id, group, result.records)
+
+
+def big_group(assigner: Assigner) -> WatchedHarness:
+    """20 members over 1,000 partitions of two topics, the first target computed by the worker."""
+    h = WatchedHarness(config=DEFERRED, now_ms=10_000, assigner=assigner)
     h.create_topic("foo", 600)
     h.create_topic("bar", 400)
     for i in range(20):
@@ -27,75 +51,135 @@ def big_group() -> EngineHarness:
     return h
 
 
-def grow(h: EngineHarness, name: str) -> PendingAssignment:
-    """Grows a topic by one partition; returns the computation the group then needs."""
+def pending(h: EngineHarness) -> PendingTarget:
+    target = pending_target(h.groups["g"], h.ctx())
+    assert target is not None
+    return target
+
+
+async def compute_and_check(h: WatchedHarness, assigner: Assigner) -> list[Any]:
+    """Computes the pending target in the worker, checks it against the engine's
+    own computation, applies it; returns its records."""
+    expected = pending_assignment(h.groups["g"], h.ctx())
+    assert expected is not None
+    records = await assigner.compute("g", h.groups["g"], pending(h))
+    assert records == expected.compute(h.config)
+    h.apply("g", Result(True, tuple(records)))
+    return records
+
+
+def step_all(h: EngineHarness) -> None:
+    """Every member heartbeats once, owning what it was given."""
+    for member_id, member in sorted(h.groups["g"].members.items()):
+        full: dict[str, Any] = {}
+        if member.member_epoch == 0:  # not given anything yet: it sends everything again
+            full = dict(rebalance_timeout_ms=300_000, subscribed_topic_names=member.subscribed_topic_names)
+        h.heartbeat(beat("g", member_id, member.member_epoch, member.assigned, **full))
+
+
+def grow(h: EngineHarness, name: str) -> None:
     h.grow_topic(name, h.image.by_name[name].num_partitions + 1)
-    pending = pending_assignment(h.groups["g"], h.ctx())
-    assert pending is not None
-    return pending
+
+
+def moved(records: list[Any]) -> list[str]:
+    return sorted(r.member_id for r in records if isinstance(r, TargetAssignmentMemberRecord))
 
 
 @pytest.fixture
 async def assigner() -> AsyncIterator[Assigner]:
-    worker = Assigner(GroupConfig())
+    worker = Assigner(DEFERRED)
     yield worker
     await worker.close()
 
 
 async def test_the_worker_computes_what_the_engine_computes(assigner: Assigner) -> None:
-    h = big_group()
-    for name in ("foo", "bar", "foo"):
-        pending = grow(h, name)
-        records = await assigner.compute("g", pending)
-        assert records == pending.compute(h.config)
-        assert any(isinstance(r, TargetAssignmentMemberRecord) for r in records)
-        h.apply("g", Result(True, tuple(records)))
+    h = big_group(assigner)
+    assert moved(await compute_and_check(h, assigner)) == [f"m{i:02d}" for i in range(20)]
+    grow(h, "foo")
+    await compute_and_check(h, assigner)
+    h.heartbeat(join("g", "new", ["bar"]))  # a join
+    await compute_and_check(h, assigner)
+    step_all(h)
+    member = h.groups["g"].members["m04"]
+    h.heartbeat(beat("g", "m04", member.member_epoch, subscribed_topic_names=("foo",)))  # a new subscription
+    await compute_and_check(h, assigner)
+    h.heartbeat(beat("g", "m05", -1))  # a leave
+    grow(h, "bar")
+    await compute_and_check(h, assigner)
+    h.heartbeat(join("g", "rx", [], subscribed_topic_regex="ba.*"))  # by regex
+    h.create_topic("baz", 30)
+    await compute_and_check(h, assigner)
 
 
-async def test_after_the_first_computation_only_changed_targets_are_sent(assigner: Assigner) -> None:
-    h = big_group()
-    pending = grow(h, "foo")
-    first, _ = assigner._request("g", pending)
-    assert (first.base, len(first.changed)) == (0, 20)
-    records = await assigner.compute("g", pending)
-    h.apply("g", Result(True, tuple(records)))
+async def test_after_the_first_computation_only_changed_members_are_sent(assigner: Assigner) -> None:
+    h = big_group(assigner)
+    first = assigner._request("g", h.groups["g"], pending(h))
+    assert (first.base, len(first.members), first.size) == (0, 20, 20)
+    await compute_and_check(h, assigner)
+    step_all(h)
+    grow(h, "foo")
+    records = await compute_and_check(h, assigner)
+    assert moved(records)
 
-    pending = grow(h, "bar")
-    request, _ = assigner._request("g", pending)
-    moved = [r.member_id for r in records if isinstance(r, TargetAssignmentMemberRecord)]
+    # Members stepping to the new epoch change nothing the assignor reads: only the
+    # targets the last computation moved are sent.
+    step_all(h)
+    assert {type(r) for r in h.last_records} == {CurrentAssignmentRecord}
+    grow(h, "bar")
+    request = assigner._request("g", h.groups["g"], pending(h))
     assert request.base != 0
-    assert sorted(request.changed) == sorted(moved)
-    assert await assigner.compute("g", pending) == pending.compute(h.config)
+    assert (sorted(m[0] for m in request.members), request.removed) == (moved(records), ())
+    records = await compute_and_check(h, assigner)
+
+    # A join and a leave are sent too.
+    h.heartbeat(join("g", "new", ["foo"]))
+    h.heartbeat(beat("g", "m07", -1))
+    request = assigner._request("g", h.groups["g"], pending(h))
+    assert sorted(m[0] for m in request.members) == sorted({*moved(records), "new"} - {"m07"})
+    assert (request.removed, request.size) == (("m07",), 20)
+    await compute_and_check(h, assigner)
 
 
 async def test_a_worker_that_lost_its_copy_gets_the_whole_group_again(assigner: Assigner) -> None:
-    h = big_group()
-    pending = grow(h, "foo")
-    h.apply("g", Result(True, tuple(await assigner.compute("g", pending))))
+    h = big_group(assigner)
+    await compute_and_check(h, assigner)
 
     # The coordinator believes the worker holds a copy the worker does not know.
-    token, copy = assigner._sent["g"]
-    assigner._sent["g"] = (token + 1_000, copy)
-    pending = grow(h, "foo")
-    assert await assigner.compute("g", pending) == pending.compute(h.config)
-    h.apply("g", Result(True, tuple(await assigner.compute("g", pending))))
+    assigner._sent["g"].token += 1_000
+    grow(h, "foo")
+    await compute_and_check(h, assigner)
 
     # The worker dies: a new one starts, without copies, and gets the whole group.
     pool = assigner._pool
     assert pool is not None
     for pid in list(pool._processes):
         os.kill(pid, signal.SIGKILL)
-    pending = grow(h, "bar")
-    assert await assigner.compute("g", pending) == pending.compute(h.config)
+    grow(h, "bar")
+    await compute_and_check(h, assigner)
     assert assigner._pool is not pool
 
 
-async def test_a_forgotten_group_is_sent_whole(assigner: Assigner) -> None:
-    h = big_group()
-    pending = grow(h, "foo")
-    h.apply("g", Result(True, tuple(await assigner.compute("g", pending))))
+async def test_a_missed_join_or_leave_is_caught_by_the_members_count(assigner: Assigner) -> None:
+    h = big_group(assigner)
+    await compute_and_check(h, assigner)
+    h.heartbeat(join("g", "new", ["foo"]))
+    assigner._sent["g"].changed.clear()  # as if the runtime had not told it
+    await compute_and_check(h, assigner)
+    assert "new" in h.groups["g"].target
+
+
+async def test_a_forgotten_or_reloaded_group_is_sent_whole(assigner: Assigner) -> None:
+    h = big_group(assigner)
+    await compute_and_check(h, assigner)
     assigner.forget(["g"])
-    pending = grow(h, "foo")
-    request, _ = assigner._request("g", pending)
+    grow(h, "foo")
+    request = assigner._request("g", h.groups["g"], pending(h))
     assert (request.base, request.forget) == (0, ("g",))
-    assert await assigner.compute("g", pending) == pending.compute(h.config)
+    await compute_and_check(h, assigner)
+
+    # A group loaded again from the store is another object: the copy was read from the old one.
+    h.groups["g"] = copy.deepcopy(h.groups["g"])
+    grow(h, "bar")
+    request = assigner._request("g", h.groups["g"], pending(h))
+    assert (request.base, len(request.members)) == (0, 20)
+    await compute_and_check(h, assigner)
