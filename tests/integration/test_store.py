@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import pytest
 
@@ -13,7 +15,7 @@ from regroup.reconciler.records import (
     TargetAssignmentEpochRecord,
     TargetAssignmentMemberRecord,
 )
-from regroup.server.store import NotOwner, PostgresStore
+from regroup.server.store import HELD_CONNECTIONS, NotOwner, PostgresStore, StoreUnavailable
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +74,7 @@ async def test_a_released_connection_is_not_reset_with_another_round_trip(databa
     try:
         await store.claim_ownership()
         await store.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)])
-        await store.append("g", [current(2)])  # the one-statement path, through pool.execute
+        await store.append("g", [current(2)])  # the one-statement path
         observer = await asyncpg.connect(database)
         try:
             last = await observer.fetch(
@@ -85,3 +87,52 @@ async def test_a_released_connection_is_not_reset_with_another_round_trip(databa
         await store.close()
     assert [row["query"] for row in last if "current_assignments" in row["query"]], last
     assert not [row for row in last if "RESET ALL" in row["query"]], last
+
+
+async def test_a_store_with_one_connection_holds_none_back(database: str) -> None:
+    """Step writes keep connections out of the pool, but never its last one: a
+    transaction after a step write still gets a connection."""
+    store = await PostgresStore.connect(database, "r1", max_size=1)
+    try:
+        await store.claim_ownership()
+        await store.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)])
+        await store.append("g", [current(2)])
+        async with asyncio.timeout(10):
+            await store.append("g", [GroupMetadataRecord(2, 0, "consumer")])
+            assert (await store.load_groups())["g"].group_epoch == 2
+    finally:
+        await store.close()
+
+
+async def test_step_writes_survive_a_lost_connection_and_run_concurrently(database: str) -> None:
+    store = await PostgresStore.connect(database, "r1")
+    try:
+        await store.claim_ownership()
+        for g in ("g0", "g1", "g2", "g3"):
+            await store.append(g, [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)])
+        # More step writes at once than connections are held: the rest use the pool.
+        await asyncio.gather(*(store.append(g, [current(2)]) for g in ("g0", "g1", "g2", "g3")))
+        assert 0 < len(store._held) <= HELD_CONNECTIONS
+
+        # Postgres drops every connection (a restart, an idle timeout): the writes that
+        # meet a dead one fail as unavailable (retriable), and a later one succeeds.
+        observer = await asyncpg.connect(database)
+        try:
+            await observer.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        finally:
+            await observer.close()
+        failures = 0
+        for epoch in range(3, 13):
+            try:
+                await store.append("g0", [current(epoch)])
+                break
+            except StoreUnavailable:
+                failures += 1
+        assert failures <= 4  # at most once per connection the writes had opened
+        groups = await store.load_groups()
+    finally:
+        await store.close()
+    assert [groups[g].members["m"].member_epoch for g in ("g0", "g1", "g2", "g3")] == [3 + failures, 2, 2, 2]
