@@ -201,6 +201,10 @@ class Assigner:
         for record in records:
             if isinstance(record, _MEMBER_INPUTS):
                 changed.add(record.member_id)
+        if len(changed) > len(group.members):
+            # Sending the whole group costs no more, and a group that stops asking (its
+            # members took over assigning) must not collect the ids of every leaver.
+            self.forget((group_id,))
 
     async def compute(self, group_id: str, group: Group, pending: PendingTarget) -> list[Record]:
         """The records of `group`'s new target. The group must not change meanwhile
@@ -247,18 +251,7 @@ class Assigner:
         else:
             ids = [m for m in sent.changed if m in members]
             removed = tuple(m for m in sent.changed if m not in members)
-        wire = tuple(
-            (
-                member_id,
-                member.instance_id,
-                member.rack_id,
-                member.subscribed_topic_names,
-                member.subscribed_topic_regex,
-                targets.get(member_id, EMPTY_ASSIGNMENT),
-            )
-            for member_id in ids
-            for member in (members[member_id],)
-        )
+        wire = tuple(_wire(members[member_id], targets.get(member_id, EMPTY_ASSIGNMENT)) for member_id in ids)
         return _Request(
             group_id=group_id,
             base=sent.token if sent is not None else 0,
@@ -272,3 +265,14 @@ class Assigner:
             size=len(members),
             forget=tuple(self._forget),
         )
+
+
+def _wire(member: Member, target: Assignment) -> _WireMember:
+    return (
+        member.member_id,
+        member.instance_id,
+        member.rack_id,
+        member.subscribed_topic_names,
+        member.subscribed_topic_regex,
+        target,
+    )

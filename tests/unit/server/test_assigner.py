@@ -183,3 +183,17 @@ async def test_a_forgotten_or_reloaded_group_is_sent_whole(assigner: Assigner) -
     request = assigner._request("g", h.groups["g"], pending(h))
     assert (request.base, len(request.members)) == (0, 20)
     await compute_and_check(h, assigner)
+
+
+async def test_a_group_that_stops_asking_does_not_collect_changes(assigner: Assigner) -> None:
+    h = big_group(assigner)
+    await compute_and_check(h, assigner)
+    # Members come and go while no computation is asked for: once more ids changed than
+    # the group has members, the copy is dropped and the next request sends the group whole.
+    for i in range(25):
+        h.heartbeat(join("g", f"churn{i}", ["foo"]))
+        h.heartbeat(beat("g", f"churn{i}", -1))
+    assert "g" not in assigner._sent
+    request = assigner._request("g", h.groups["g"], pending(h))
+    assert (request.base, len(request.members), request.forget) == (0, 20, ("g",))
+    await compute_and_check(h, assigner)
