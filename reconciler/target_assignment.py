@@ -8,14 +8,14 @@ recorded (Kafka's TargetAssignmentBuilder).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, is_, is_not
 from typing import cast
 
 from .assignors import GroupAssignment, GroupSpec, MemberSpec, SubscriptionType
-from .context import Context, GroupConfig
+from .context import Context, GroupConfig, Result, ScheduleAssignment, TimerOp
 from .errors import UnknownServerError
 from .model import EMPTY_ASSIGNMENT, Assignment, Group, Member
 from .records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
@@ -250,3 +250,34 @@ def compute_pending_assignment(group: Group, ctx: Context) -> list[Record]:
     """The target for a group whose epoch moved ahead of it (the batching timer's job)."""
     pending = pending_assignment(group, ctx)
     return [] if pending is None else pending.compute(ctx.config)
+
+
+def install_computed_target(group: Group | None, records: Sequence[Record], ctx: Context) -> Result[bool]:
+    """Installs a target computed elsewhere from an earlier read of the group.
+
+    The group kept serving heartbeats while it was computed (Kafka's offloaded
+    assignment, KIP-1263), so the records are checked against it now: nothing is
+    installed if a target as new was installed meanwhile or the group's members
+    took over assigning; targets of members that left meanwhile are dropped (a
+    target is never given to a member that is not there). Members that joined
+    meanwhile, and any other change, moved the group epoch on: the next
+    computation is scheduled. A target only says what members should own; the
+    reconciliation still revokes before it assigns, so an older read cannot give
+    a partition two owners."""
+    if not records or group is None or group.has_client_assignors():
+        return Result(False)
+    epoch_record = records[-1]
+    if not isinstance(epoch_record, TargetAssignmentEpochRecord):
+        raise UnknownServerError("A computed target must end with its epoch record.")
+    if group.assignment_epoch >= epoch_record.assignment_epoch:
+        return Result(False)
+    members = group.members
+    kept: list[Record] = [
+        r for r in records[:-1] if not isinstance(r, TargetAssignmentMemberRecord) or r.member_id in members
+    ]
+    kept.append(epoch_record)
+    timers: tuple[TimerOp, ...] = ()
+    if group.group_epoch > epoch_record.assignment_epoch:
+        interval = max(ctx.config.assignment_interval_ms, 0)
+        timers = (ScheduleAssignment(ctx.now_ms + interval),)
+    return Result(True, tuple(kept), timers)

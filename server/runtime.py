@@ -72,7 +72,13 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
 )
 from regroup.reconciler.subscription import subscribes_to_any
-from regroup.reconciler.target_assignment import pending_target
+from regroup.reconciler.target_assignment import (
+    PendingTarget,
+    assignment_due,
+    install_computed_target,
+    next_assignment_ms,
+    pending_target,
+)
 from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_name
 from regroup.reconciler.validation import validate_id
 
@@ -126,6 +132,14 @@ class _KeyedLocks:
 
 
 @dataclass(frozen=True, slots=True)
+class _TargetJob:
+    """A big group's target to compute in the worker, read from `group` at `pending`."""
+
+    group: Group
+    pending: PendingTarget
+
+
+@dataclass(frozen=True, slots=True)
 class TopicOutcome:
     """The result of one topic in a batch admin call."""
 
@@ -153,6 +167,8 @@ class Coordinator:
         self._locks = _KeyedLocks()
         #: Groups whose last write failed: memory may not match the store.
         self._stale: set[str] = set()
+        #: Groups whose target the worker is computing (without their lock held).
+        self._computing: set[str] = set()
         self._topic_lock = asyncio.Lock()
         self._timer_task: asyncio.Task[None] | None = None
         self.assigner = Assigner(config)
@@ -230,9 +246,9 @@ class Coordinator:
     ) -> T:
         """Runs `op` on the group under its lock; stores and replays its records.
 
-        An `AsyncOperation` may await work done elsewhere (a big target in the
-        worker process): the lock keeps the group unchanged meanwhile, and a
-        large write it returns is prepared in a thread.
+        An `AsyncOperation` may await: the lock keeps the group unchanged
+        meanwhile, and a large write it returns (a big group's computed target)
+        is prepared in a thread.
         """
         group: Group | None = None
         outcome: Result[T] | Awaitable[Result[T]] | None = None
@@ -544,7 +560,7 @@ class Coordinator:
         cause = "assignment" if key.kind == "assignment" else f"{key.kind}_timeout"
         try:
             if key.kind == "assignment":
-                return await self.run(key.group_id, self._assignment_op(key), cause=cause)
+                return await self._compute_target(key)
             return await self.run(key.group_id, op, cause=cause)
         except (CoordinatorNotAvailable, NotCoordinator) as e:
             self.log.warning(
@@ -558,23 +574,49 @@ class Coordinator:
                 self.timers.schedule(key, self.clock.now_ms() + TIMER_RETRY_MS, payload)
             return False
 
-    def _assignment_op(self, key: TimerKey) -> AsyncOperation[bool]:
-        """The assignment timer's operation: a big group's target is computed by the worker
-        process, a small one's at once (as a heartbeat would)."""
+    async def _compute_target(self, key: TimerKey) -> bool:
+        """The assignment timer. A small group's target is computed and stored at once
+        (as a heartbeat would). A big group's is computed by the worker process without
+        holding the group, which keeps answering its members meanwhile (Kafka's offloaded
+        assignment, KIP-1263), and is installed afterwards if it still applies: held
+        for the computation, the group made its own members wait up to its length
+        (tens of milliseconds at 100,000 partitions), then step in a burst."""
+        group_id = key.group_id
+        job = await self.run(group_id, self._prepare_target_op(key), cause="assignment")
+        if not isinstance(job, _TargetJob):
+            return job
+        self._computing.add(group_id)
+        try:
+            records = await self.assigner.compute(group_id, job.group, job.pending)
+        finally:
+            self._computing.discard(group_id)
 
-        async def op(group: Group | None, ctx: Context) -> Result[bool]:
+        async def install(group: Group | None, ctx: Context) -> Result[bool]:
+            # Asynchronous only so that a large install's write is prepared in a thread.
+            return install_computed_target(group, records, ctx)
+
+        return await self.run(group_id, install, cause="assignment")
+
+    def _prepare_target_op(self, key: TimerKey) -> Operation[bool | _TargetJob]:
+        def op(group: Group | None, ctx: Context) -> Result[bool | _TargetJob]:
             if group is None or self.timers.deadline(key) is not None:
                 return Result(False)
             # Read from the group's indexes: a big group's members are not passed over here.
             pending = pending_target(group, ctx)
             if pending is None:
                 return Result(False)
+            if key.group_id in self._computing:
+                # One computation of a group at a time: installing the one under way
+                # schedules the next if the group moved on meanwhile.
+                return Result(False)
+            if not assignment_due(group, ctx):
+                # One per interval (a timer armed before the last computation's install).
+                return Result(False, (), (ScheduleAssignment(next_assignment_ms(group, ctx)),))
             if pending.fits_inline(ctx.config):
                 inline = pending.with_members(group.members, group.target, group.member_ids_in_order())
                 records = inline.compute(ctx.config)
-            else:
-                records = await self.assigner.compute(key.group_id, group, pending)
-            return Result(bool(records), tuple(records))
+                return Result(bool(records), tuple(records))
+            return Result(_TargetJob(group, pending))
 
         return op
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -326,3 +327,52 @@ async def settle_in_worker(service: Service, members: list[WireMember], sizes: l
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"g1 did not settle: {group}")
+
+
+async def test_a_big_group_answers_its_members_while_its_target_is_computed(
+    start_service: ServiceFactory,
+) -> None:
+    """The worker computes without the group's lock (Kafka's offloaded assignment): members
+    are answered meanwhile, a member that leaves meanwhile gets no target when the result
+    is installed, and the change it made is computed next."""
+    clock = ManualClock()
+    service = await start_service(clock=clock, inline_assignment_max_partitions=10)
+    await service.stubs.create_topic("orders", 90)
+    a = WireMember(service.stubs.coordinator, "g1", "a", ["orders"])
+    b = WireMember(service.stubs.coordinator, "g1", "b", ["orders"])
+    await a.heartbeat()
+    await b.heartbeat()
+    await settle_in_worker(service, [a, b], [45, 45])
+
+    # Hold the next computation in the worker until released.
+    assigner = service.coordinator.assigner
+    real_compute = assigner.compute
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def held_compute(*args: Any) -> Any:
+        started.set()
+        await release.wait()
+        return await real_compute(*args)
+
+    assigner.compute = held_compute
+    c = WireMember(service.stubs.coordinator, "g1", "c", ["orders"])
+    await c.heartbeat()  # joins: the group epoch moves, the timer asks the worker
+    held_epoch = (await service.stubs.describe("g1")).group_epoch
+    timers = asyncio.create_task(service.coordinator.expire_due())  # or the timer loop does
+    await asyncio.wait_for(started.wait(), 30)
+
+    async with asyncio.timeout(10):  # answered while the computation is held
+        await a.heartbeat()
+        await b.leave()
+    assert (await service.stubs.describe("g1")).assignment_epoch < held_epoch
+    release.set()
+    await timers
+    async with asyncio.timeout(30):
+        while (await service.stubs.describe("g1")).assignment_epoch < held_epoch:
+            await asyncio.sleep(0.02)
+    assigner.compute = real_compute
+
+    group = service.coordinator.groups["g1"]
+    assert "b" not in group.target  # computed with b, installed without it
+    assert group.group_epoch > group.assignment_epoch  # b's leave is computed next
+    await settle_in_worker(service, [a, c], [45, 45])

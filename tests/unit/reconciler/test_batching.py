@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from regroup.reconciler import GroupConfig, GroupState, ScheduleAssignment
-from regroup.reconciler.records import TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
+from regroup.reconciler.model import ClientAssignor
+from regroup.reconciler.records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
+from regroup.reconciler.target_assignment import install_computed_target, pending_assignment
 from tests.support.engine import EngineHarness, beat, join
 
 
@@ -134,3 +136,49 @@ def test_a_member_behind_a_pending_target_keeps_the_normal_interval() -> None:
     h.now_ms += 200
     c = h.heartbeat(join("g", "c", ["foo"]))  # the target for c's epoch is not computed yet
     assert c.heartbeat_interval_ms == 5_000
+
+
+# -- a target computed elsewhere, installed later (offloaded, KIP-1263) ------------------
+
+
+def offloaded() -> tuple[EngineHarness, list[Record]]:
+    """Members a, b and c; a target for epoch 4 computed from that read but not installed."""
+    h = EngineHarness(config=GroupConfig(inline_assignment_max_partitions=1), now_ms=10_000)
+    h.create_topic("foo", 6)
+    for member_id in ("a", "b", "c"):
+        h.heartbeat(join("g", member_id, ["foo"]))
+    pending = pending_assignment(h.groups["g"], h.ctx())
+    assert pending is not None
+    return h, pending.compute(h.config)
+
+
+def test_a_target_computed_elsewhere_is_installed_as_computed() -> None:
+    h, records = offloaded()
+    result = install_computed_target(h.groups["g"], records, h.ctx())
+    assert (result.response, result.records, result.timers) == (True, tuple(records), ())
+
+
+def test_members_that_left_meanwhile_get_no_target_and_the_next_computation_is_scheduled() -> None:
+    h, records = offloaded()
+    h.heartbeat(beat("g", "b", -1))
+    result = install_computed_target(h.groups["g"], records, h.ctx())
+    assert result.response
+    named = [r.member_id for r in result.records if isinstance(r, TargetAssignmentMemberRecord)]
+    assert named == ["a", "c"]
+    assert result.timers == (ScheduleAssignment(h.now_ms),)  # the leave moved the group epoch on
+    h.apply("g", result)
+    assert sorted(h.groups["g"].target) == ["a", "c"]
+
+
+def test_a_target_is_not_installed_over_a_newer_one_or_into_a_client_side_group() -> None:
+    h, records = offloaded()
+    h.apply("g", install_computed_target(h.groups["g"], records, h.ctx()))
+    assert install_computed_target(h.groups["g"], records, h.ctx()).response is False  # already there
+    assert install_computed_target(None, records, h.ctx()).response is False  # the group is gone
+
+    h, records = offloaded()
+    for member_id in ("a", "b", "c"):
+        h.heartbeat(beat("g", member_id, -1))
+    client_side = (ClientAssignor("sticky", 0, 1),)
+    h.heartbeat(join("g", "d", ["foo"], client_assignors=client_side))
+    assert install_computed_target(h.groups["g"], records, h.ctx()).response is False
