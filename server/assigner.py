@@ -207,12 +207,14 @@ class Assigner:
             self.forget((group_id,))
 
     async def compute(self, group_id: str, group: Group, pending: PendingTarget) -> list[Record]:
-        """The records of `group`'s new target. The group must not change meanwhile
-        (the runtime holds its lock)."""
+        """The records of `group`'s new target, read from the group as it is now. The
+        group may change while the worker computes: what changes from here on is noted
+        (`observe`) against the copy this request leaves, and sent next time."""
         loop = asyncio.get_running_loop()
         broken = 0
         while True:
             request = self._request(group_id, group, pending)
+            self._sent[group_id] = _Sent(request.token, group)
             self._forget.difference_update(request.forget)
             pool = self._executor()
             try:
@@ -236,7 +238,6 @@ class Assigner:
                     # The whole group cannot fail to apply: a bug, not to be retried forever.
                     raise UnknownServerError(f"The assignment worker refused group {group_id} sent whole.")
                 continue
-            self._sent[group_id] = _Sent(request.token, group)
             return records
 
     def _request(self, group_id: str, group: Group, pending: PendingTarget) -> _Request:

@@ -5,6 +5,7 @@ the worker's copy cannot be trusted."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 import signal
@@ -197,3 +198,24 @@ async def test_a_group_that_stops_asking_does_not_collect_changes(assigner: Assi
     request = assigner._request("g", h.groups["g"], pending(h))
     assert (request.base, len(request.members), request.forget) == (0, 20, ("g",))
     await compute_and_check(h, assigner)
+
+
+async def test_changes_made_while_the_worker_computes_are_sent_next_time(assigner: Assigner) -> None:
+    """The runtime does not hold the group during a computation: a member that changes
+    its subscription meanwhile is in the next request."""
+    h = big_group(assigner)
+    await compute_and_check(h, assigner)
+    step_all(h)
+    grow(h, "foo")
+    computing = asyncio.create_task(assigner.compute("g", h.groups["g"], pending(h)))
+    await asyncio.sleep(0)  # the request is built and sent
+    member = h.groups["g"].members["m04"]
+    h.heartbeat(beat("g", "m04", member.member_epoch, subscribed_topic_names=("bar",)))
+    records = await computing
+    h.apply("g", Result(True, tuple(records)))
+
+    request = assigner._request("g", h.groups["g"], pending(h))
+    assert request.base != 0
+    assert "m04" in [m[0] for m in request.members]
+    await compute_and_check(h, assigner)
+    assert set(h.groups["g"].target["m04"]) == {"bar-id"}
