@@ -4,7 +4,8 @@ For every operation on a group: take the group's lock, run the pure engine
 with the current time and topic image, store the records it returned in one
 transaction, replay them into memory, arm its timers, and only then answer.
 An operation that produced no record writes nothing. Groups run concurrently.
-A big group's target is computed in a worker process (see `assigner.py`).
+A big group's target is computed in a worker process (see `assigner.py`)
+without holding the group, and installed afterwards if it still applies.
 """
 
 from __future__ import annotations
