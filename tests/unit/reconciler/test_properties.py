@@ -154,6 +154,9 @@ class Client:
     losses: int = 0
     #: What a crashed client held when it died: a zombie keeps committing it.
     last_held: dict[str, frozenset[int]] = field(default_factory=dict)
+    #: A join may be answered at epoch 0, with nothing, while the group has no target
+    #: yet (when targets are computed later, not in the heartbeat).
+    unassigned_join_ok: bool = False
 
     @property
     def live(self) -> bool:
@@ -205,7 +208,7 @@ class Client:
             self.sent_assignor = req.server_assignor
         if req.member_epoch == 0 or self.full:
             assert resp.assignment is not None, f"{self.name}: a full request must get the full assignment"
-        assert resp.member_epoch > 0, (self.name, resp)
+        assert resp.member_epoch > 0 or (self.unassigned_join_ok and resp.assignment == {}), (self.name, resp)
         self.epoch = resp.member_epoch
         if resp.assignment is not None:
             # Revoke what is no longer listed; what is new may be used at once.
@@ -659,6 +662,8 @@ class GroupMachine(RuleBasedStateMachine):
 
         # 4. Epochs: no member (nor the target) is ahead of the group.
         assert group.assignment_epoch <= group.group_epoch, self._describe()
+        # ... and the target names only members (a left member's target goes with it).
+        assert set(group.target) <= set(group.members), f"targets of non-members\n{self._describe()}"
         for m in group.members.values():
             if m.state is not MemberState.STABLE:
                 event(f"member state {m.state.name}")
