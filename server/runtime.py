@@ -326,23 +326,30 @@ class Coordinator:
         return result.response
 
     async def _store(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
-        async with self._storing(group_id):
+        # A plain try rather than `_storing`: this runs for every write, and an async
+        # context manager costs a generator and two more awaits each time.
+        try:
             await self.store.append(group_id, records)
+        except (StoreUnavailable, NotOwner) as e:
+            raise self._write_failed(group_id, e) from e
 
     @contextlib.asynccontextmanager
     async def _storing(self, group_id: str) -> AsyncIterator[None]:
         """Maps the store's failures of a write to the group to protocol errors."""
         try:
             yield
-        except StoreUnavailable as e:
-            # The commit may or may not have happened: reload before the next use.
-            self._stale.add(group_id)
-            self.log.warning("store_unavailable", group_id=group_id, error=str(e))
-            raise CoordinatorNotAvailable(str(e)) from e
-        except NotOwner as e:
-            self._stale.add(group_id)
+        except (StoreUnavailable, NotOwner) as e:
+            raise self._write_failed(group_id, e) from e
+
+    def _write_failed(self, group_id: str, e: StoreUnavailable | NotOwner) -> ApiError:
+        """The protocol error for a failed write; memory may no longer match the store."""
+        # The commit may or may not have happened: reload before the next use.
+        self._stale.add(group_id)
+        if isinstance(e, NotOwner):
             self.log.warning("group_ownership_lost", group_id=group_id, error=str(e))
-            raise NotCoordinator(str(e)) from e
+            return NotCoordinator(str(e))
+        self.log.warning("store_unavailable", group_id=group_id, error=str(e))
+        return CoordinatorNotAvailable(str(e))
 
     async def _current_group(self, group_id: str) -> Group | None:
         if group_id not in self._stale:

@@ -48,6 +48,28 @@ async def test_records_round_trip_through_a_reload(database: str) -> None:
     assert member.assigned["t"] is group.target["m"]["t"]  # a loaded stable member shares its target's set
 
 
+async def test_a_step_owing_a_revocation_round_trips_through_the_one_statement_path(database: str) -> None:
+    store = await PostgresStore.connect(database, "r1")
+    owing = CurrentAssignmentRecord(
+        "m", MemberState.UNREVOKED_PARTITIONS, 3, 2, {"t": frozenset({0})}, {"t": frozenset({1, 2})}
+    )
+    try:
+        await store.claim_ownership()
+        await store.append("g", [GroupMetadataRecord(3, 42, "consumer"), MEMBER, current(2)])
+        commits = store.commits
+        await store.append("g", [owing])
+        assert store.commits == commits + 1
+        member = (await store.load_groups())["g"].members["m"]
+    finally:
+        await store.close()
+    assert (member.state, member.member_epoch, member.previous_member_epoch) == (
+        MemberState.UNREVOKED_PARTITIONS,
+        3,
+        2,
+    )
+    assert (member.assigned, member.pending_revocation) == ({"t": frozenset({0})}, {"t": frozenset({1, 2})})
+
+
 @pytest.mark.parametrize("write", ["single current assignment", "transaction"])
 async def test_a_replica_that_lost_the_group_cannot_write(database: str, write: str) -> None:
     old = await PostgresStore.connect(database, "old")
