@@ -492,7 +492,7 @@ class PostgresStore:
             if type(only) is CurrentAssignmentRecord:
                 # A member's reconciliation step, the most frequent write: its row
                 # directly, without coalescing a batch of one (with the runtime's plain try,
-                # a step costs 0.8 - 0.9x the CPU in-process, measured).
+                # about 0.9x a step's CPU in-process, measured with bench/steps.py).
                 await self._append_current_assignment(group_id, _current_row(group_id, only))
                 return
         write = records if isinstance(records, PreparedWrite) else prepare_write(group_id, records)

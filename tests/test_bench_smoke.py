@@ -49,6 +49,16 @@ def test_memory_smoke() -> None:
     assert memory.main(["--quick"])["live_heap_bytes"] > 0
 
 
+def test_steps_smoke() -> None:
+    from bench import steps
+
+    summary = steps.main(["--quick"])
+    # Counts, not timings: a heartbeat that changes nothing writes nothing, a step writes once.
+    assert summary["unchanged_commits"] == 0
+    assert summary["commits_per_step"] == 1.0
+    assert summary["step_cpu_us"] > 0
+
+
 def test_stall_quiet_phases_compare_only_phases_taken_on_a_quiet_host() -> None:
     from bench.stall import quiet_phases
 
