@@ -128,6 +128,7 @@ async def _run(dsn: str, n_members: int, partitions: int, rounds: int) -> dict[s
             "unchanged": unchanged,
             "steps": steps,
             "unchanged_commits": unchanged_commits,
+            "unchanged_commits_per_heartbeat": unchanged_commits / (rounds * len(ids)),
             "step_commits_per_step": step_commits / (rounds * (len(ids) - 1)),
         }
     finally:
@@ -151,7 +152,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"(median of {rounds} rounds)",
         ["heartbeat", "cpu us", "per round", "Postgres commits each"],
         [
-            ["changes nothing", unchanged, " ".join(f"{x:.0f}" for x in result["unchanged"]), 0.0],
+            [
+                "changes nothing",
+                unchanged,
+                " ".join(f"{x:.0f}" for x in result["unchanged"]),
+                result["unchanged_commits_per_heartbeat"],
+            ],
             [
                 "step to a new epoch",
                 steps,
