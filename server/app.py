@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha import reflection
 
 from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
+from .accept import AcceptWidener
 from .clock import Clock, SystemClock
 from .config import Settings
 from .embedded import start_embedded_postgres
@@ -59,6 +60,7 @@ class RegroupServer:
     _server: grpc.aio.Server | None = None
     _store: PostgresStore | None = None
     _health: health.aio.HealthServicer | None = None
+    _widener: AcceptWidener | None = None
 
     async def start(self) -> None:
         dsn = await resolve_database_url(self.settings)
@@ -75,6 +77,7 @@ class RegroupServer:
         server = grpc.aio.server(
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         )
+        widener = AcceptWidener(server, self.settings.accept_depth)
         coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
             GroupCoordinatorService(self.coordinator), server
         )
@@ -93,11 +96,18 @@ class RegroupServer:
         if self.port == 0:
             raise OSError(f"Cannot listen on {self.settings.listen}.")
         await server.start()
+        extra = widener.start()
+        self._widener = widener
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._server = server
         host = self.settings.listen.rpartition(":")[0]
-        log.info("server_started", listen=f"{host}:{self.port}")
+        log.info("server_started", listen=f"{host}:{self.port}", extra_accepts=extra)
+
+    @property
+    def widener(self) -> AcceptWidener | None:
+        """The extra accept loops of the running server (None once stopped)."""
+        return self._widener
 
     async def stop(self) -> None:
         """Stops accepting calls, lets in-flight ones finish, then releases the store."""
@@ -106,8 +116,11 @@ class RegroupServer:
         self._health = self._server = self._store = None
         if health_servicer is not None:
             await health_servicer.enter_graceful_shutdown()
+        widener, self._widener = self._widener, None
         if server is not None:
             await server.stop(self.settings.shutdown_grace_s)
+        if widener is not None:
+            await widener.stop()
         if coordinator is not None:
             await coordinator.stop()
         if store is not None:

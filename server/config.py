@@ -38,6 +38,8 @@ class Settings:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_ms: int = 600_000
     shutdown_grace_s: float = 5.0
+    #: Calls requested from gRPC core at once per method (1 is grpc.aio's own single pipeline).
+    accept_depth: int = 8
     log_level: str = "info"
     #: This replica's name in the groups' owner column.
     replica_id: str = ""
@@ -70,6 +72,7 @@ _ENV = {
     "offsets_retention_ms": "REGROUP_OFFSETS_RETENTION_MS",
     "offsets_retention_check_ms": "REGROUP_OFFSETS_RETENTION_CHECK_MS",
     "shutdown_grace_s": "REGROUP_SHUTDOWN_GRACE_S",
+    "accept_depth": "REGROUP_ACCEPT_DEPTH",
     "log_level": "REGROUP_LOG_LEVEL",
     "replica_id": "REGROUP_REPLICA_ID",
     "migrations_dir": "REGROUP_MIGRATIONS_DIR",
@@ -140,6 +143,7 @@ def _parse(raw: Mapping[str, str]) -> Settings:
             raw, "offsets_retention_check_ms", defaults.offsets_retention_check_ms, 1
         ),
         shutdown_grace_s=grace,
+        accept_depth=_int(raw, "accept_depth", defaults.accept_depth, 1),
         log_level=raw.get("log_level", defaults.log_level).lower(),
         replica_id=raw.get("replica_id", ""),
         migrations_dir=Path(raw["migrations_dir"]) if "migrations_dir" in raw else None,

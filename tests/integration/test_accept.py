@@ -1,0 +1,83 @@
+"""The widened accept pipeline serves calls exactly as grpc.aio's own loop does, and stops cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from regroup.server.accept import SUPPORTED
+from regroup.v1 import common_pb2, coordinator_pb2
+from tests.integration.conftest import ServiceFactory
+from tests.support.wire import WireMember, assert_disjoint, converge
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not SUPPORTED, reason="this grpcio build lacks the internals the widener uses"),
+]
+
+
+def _accept_tasks() -> list[asyncio.Task[object]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("accept ")]
+
+
+async def test_concurrent_heartbeats_are_served_through_the_extra_requests(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(accept_depth=4)
+    widener = service.server.widener
+    assert widener is not None
+    # Three more outstanding requests for every registered method of every service.
+    assert len(_accept_tasks()) == 3 * len(widener.methods)
+    assert "/regroup.v1.GroupCoordinator/ConsumerGroupHeartbeat" in widener.methods
+    await service.stubs.create_topic("orders", 60)
+    members = [WireMember(service.stubs.coordinator, "g1", f"m{i}", ["orders"]) for i in range(30)]
+
+    # Everyone at once, several rounds: calls land on the stock loop and on the extra ones alike.
+    for _ in range(3):
+        responses = await asyncio.gather(*(m.heartbeat() for m in members))
+        assert [r.error_code for r in responses] == [common_pb2.NONE] * 30
+    await converge(service.stubs, "g1", members)
+
+    assert widener.accepted > 0
+    assert_disjoint(members)
+    assert sorted(len(m.partitions()) for m in members) == [2] * 30
+
+
+async def test_errors_come_back_unchanged_through_the_extra_requests(start_service: ServiceFactory) -> None:
+    service = await start_service(accept_depth=8)
+    bad = coordinator_pb2.ConsumerGroupHeartbeatRequest(group_id="", member_id="m", member_epoch=0)
+
+    heartbeat = service.stubs.coordinator.ConsumerGroupHeartbeat
+    responses = await asyncio.gather(*(heartbeat(bad) for _ in range(40)))
+
+    assert {(r.error_code, r.error_message) for r in responses} == {
+        (common_pb2.INVALID_REQUEST, "GroupId can't be empty.")
+    }
+    widener = service.server.widener
+    assert widener is not None and widener.accepted > 0
+
+
+async def test_stop_ends_every_accept_loop(start_service: ServiceFactory) -> None:
+    service = await start_service(accept_depth=4)
+    await service.stubs.create_topic("orders", 4)
+    member = WireMember(service.stubs.coordinator, "g1", "m1", ["orders"])
+    await member.heartbeat()
+    assert _accept_tasks()
+
+    await service.server.stop()
+
+    assert service.server.widener is None
+    assert _accept_tasks() == []
+
+
+async def test_depth_one_keeps_the_stock_single_pipeline(start_service: ServiceFactory) -> None:
+    service = await start_service(accept_depth=1)
+    await service.stubs.create_topic("orders", 4)
+    member = WireMember(service.stubs.coordinator, "g1", "m1", ["orders"])
+
+    assert (await member.heartbeat()).error_code == common_pb2.NONE
+
+    assert _accept_tasks() == []
+    widener = service.server.widener
+    assert widener is not None and widener.accepted == 0
