@@ -1,7 +1,8 @@
 """The baseline: a bare grpc.aio GroupCoordinator whose handler does nothing.
 
-Same service, same request and response types, same event loop (uvloop) and
-server options as regroup; it parses the request and returns a constant
+Same service, same request and response types, same event loop (uvloop),
+server options and accept depth (`REGROUP_ACCEPT_DEPTH`, see
+server/accept.py) as regroup; it parses the request and returns a constant
 response, which is the least any coordinator has to do per heartbeat.
 
     python -m bench.bare_server PORT [asyncio]
@@ -10,12 +11,15 @@ response, which is the least any coordinator has to do per heartbeat.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from typing import Any
 
 import grpc
 
+from regroup.server.accept import AcceptWidener
+from regroup.server.config import load_settings
 from regroup.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 RESPONSE = coordinator_pb2.ConsumerGroupHeartbeatResponse(
@@ -35,14 +39,18 @@ async def serve(port: int) -> None:
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
     )
+    depth = load_settings(os.environ).accept_depth  # parsed and checked as regroup does
+    widener = AcceptWidener(server, depth)
     coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(BareCoordinator(), server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
+    widener.start()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("ready", flush=True)
     await stop.wait()
     await server.stop(0.5)
+    await widener.stop()
 
 
 if __name__ == "__main__":

@@ -87,11 +87,15 @@ def _spawn(args: list[str], env: dict[str, str], port: int, name: str) -> Server
     return ServerProcess(proc, port, log)
 
 
-def start_bare(loop: str = "uvloop") -> ServerProcess:
-    """The bare server, on uvloop (as regroup runs) or on asyncio's own loop."""
+def start_bare(loop: str = "uvloop", accept_depth: int | None = None) -> ServerProcess:
+    """The bare server, on uvloop (as regroup runs) or on asyncio's own loop, with regroup's
+    accept depth unless `accept_depth` is given (1: grpc.aio's own single pipeline)."""
     port = free_port()
     args = [sys.executable, "-m", "bench.bare_server", str(port), *(["asyncio"] if loop == "asyncio" else [])]
-    return _spawn(args, dict(os.environ), port, f"bare-{loop}")
+    env = dict(os.environ)
+    if accept_depth is not None:
+        env["REGROUP_ACCEPT_DEPTH"] = str(accept_depth)
+    return _spawn(args, env, port, f"bare-{loop}")
 
 
 def start_coordinator(dsn: str, **settings: Any) -> ServerProcess:

@@ -35,6 +35,7 @@ from bench.servers import (
     start_coordinator,
     vacuum_analyze,
 )
+from regroup.server.config import Settings
 from regroup.v1 import admin_pb2, admin_pb2_grpc
 
 
@@ -136,6 +137,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="instead: the bare server on uvloop (as regroup runs) against asyncio's own loop",
     )
+    parser.add_argument(
+        "--accept",
+        action="store_true",
+        help="instead: the bare server with regroup's accept depth against grpc.aio's single pipeline",
+    )
     args = parser.parse_args(argv)
     groups = args.groups or (4 if args.quick else 100)
     per_group = args.members_per_group or (25 if args.quick else 100)
@@ -152,6 +158,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     if args.loops:
         return compare_loops(members, seconds, args, context)
+    if args.accept:
+        return compare_accept(members, seconds, args, context)
 
     # Both servers run side by side and their steady phases alternate, `rounds`
     # times each, so that drifts of this shared machine fall on both alike; the
@@ -253,30 +261,8 @@ def compare_loops(
 ) -> dict[str, Any]:
     """The bare server's throughput and CPU per RPC on uvloop against asyncio's
     own loop, alternating `rounds` times (the issue's suggestion, measured)."""
-    servers = {loop: start_bare(loop) for loop in ("uvloop", "asyncio")}
-    loads = {loop: LoadGenerator(server.target, members, args.processes) for loop, server in servers.items()}
-    try:
-        runs: dict[str, list[Run]] = {loop: [] for loop in servers}
-        for _ in range(args.rounds):
-            for loop, server in servers.items():
-                runs[loop].append(_steady(server, loads[loop], seconds, args.concurrency, f"bare on {loop}"))
-    finally:
-        for load in loads.values():
-            load.close()
-        for server in servers.values():
-            server.stop()
-    table(
-        f"The bare server's event loop: {len(members)} members, {args.processes} load processes x "
-        f"{args.concurrency} in flight, {seconds:.0f} s, {args.rounds} rounds (median run)",
-        ["server", "calls", "hb/s", "p50 ms", "p99 ms", "server cpu us/rpc"],
-        [
-            [r.name, r.calls, r.rate, r.p(50), r.p(99), r.cpu_us_per_rpc]
-            for r in map(_median_run, runs.values())
-        ],
-    )
-    pairs = list(zip(runs["uvloop"], runs["asyncio"], strict=True))
-    throughput = statistics.median(u.rate / a.rate for u, a in pairs)
-    cpu = statistics.median(u.cpu_us_per_rpc / a.cpu_us_per_rpc for u, a in pairs)
+    servers = {"uvloop": start_bare("uvloop"), "asyncio": start_bare("asyncio")}
+    throughput, cpu = _compare_bare(servers, members, seconds, args, "The bare server's event loop")
     print(f"uvloop/asyncio: throughput {throughput:.2f}x, CPU per RPC {cpu:.2f}x")
     return figure(
         "steady",
@@ -285,6 +271,60 @@ def compare_loops(
         cpu_per_rpc_ratio=round(cpu, 3),
         **context,
     )
+
+
+def compare_accept(
+    members: list[Any], seconds: float, args: argparse.Namespace, context: dict[str, Any]
+) -> dict[str, Any]:
+    """The bare server with regroup's accept depth against grpc.aio's own single
+    pipeline (depth 1), alternating `rounds` times: what server/accept.py saves."""
+    depth = Settings().accept_depth
+    servers = {f"depth {depth}": start_bare(accept_depth=depth), "depth 1": start_bare(accept_depth=1)}
+    throughput, cpu = _compare_bare(servers, members, seconds, args, "The bare server's accept depth")
+    print(f"accept depth {depth}/1: throughput {throughput:.2f}x, CPU per RPC {cpu:.2f}x")
+    return figure(
+        "steady",
+        accept_depth=depth,
+        throughput_ratio=round(throughput, 3),
+        cpu_per_rpc_ratio=round(cpu, 3),
+        **context,
+    )
+
+
+def _compare_bare(
+    servers: dict[str, ServerProcess],
+    members: list[Any],
+    seconds: float,
+    args: argparse.Namespace,
+    title: str,
+) -> tuple[float, float]:
+    """Alternates steady phases on two bare servers; returns the medians of the
+    first's throughput and CPU per RPC over the second's, round by round."""
+    loads = {name: LoadGenerator(server.target, members, args.processes) for name, server in servers.items()}
+    try:
+        runs: dict[str, list[Run]] = {name: [] for name in servers}
+        for _ in range(args.rounds):
+            for name, server in servers.items():
+                runs[name].append(_steady(server, loads[name], seconds, args.concurrency, f"bare, {name}"))
+    finally:
+        for load in loads.values():
+            load.close()
+        for server in servers.values():
+            server.stop()
+    table(
+        f"{title}: {len(members)} members, {args.processes} load processes x "
+        f"{args.concurrency} in flight, {seconds:.0f} s, {args.rounds} rounds (median run)",
+        ["server", "calls", "hb/s", "p50 ms", "p99 ms", "server cpu us/rpc"],
+        [
+            [r.name, r.calls, r.rate, r.p(50), r.p(99), r.cpu_us_per_rpc]
+            for r in map(_median_run, runs.values())
+        ],
+    )
+    first, second = runs.values()
+    pairs = list(zip(first, second, strict=True))
+    throughput = statistics.median(a.rate / b.rate for a, b in pairs)
+    cpu = statistics.median(a.cpu_us_per_rpc / b.cpu_us_per_rpc for a, b in pairs)
+    return throughput, cpu
 
 
 if __name__ == "__main__":

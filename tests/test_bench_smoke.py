@@ -23,6 +23,15 @@ def test_steady_smoke() -> None:
     assert summary["throughput_ratio"] > 0
 
 
+def test_steady_accept_depth_comparison_smoke() -> None:
+    from bench import steady
+    from regroup.server.config import Settings
+
+    summary = steady.main(["--quick", "--seconds", "1", "--accept"])
+    assert summary["accept_depth"] == Settings().accept_depth
+    assert summary["throughput_ratio"] > 0
+
+
 def test_convergence_smoke() -> None:
     from bench import convergence
 
