@@ -77,3 +77,4 @@ def test_rendered_environment_is_read_by_the_server(helm: str) -> None:
     assert settings.max_group_size == 5000
     assert settings.offsets_retention_ms == 604_800_000
     assert settings.assignment_interval_ms == 1000
+    assert settings.accept_depth == 8

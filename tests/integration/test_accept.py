@@ -81,3 +81,18 @@ async def test_depth_one_keeps_the_stock_single_pipeline(start_service: ServiceF
     assert _accept_tasks() == []
     widener = service.server.widener
     assert widener is not None and widener.accepted == 0
+
+
+async def test_without_grpc_internals_the_server_keeps_the_stock_pipeline(
+    start_service: ServiceFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from regroup.server import accept
+
+    # A grpcio release without the internals the widener uses must still serve.
+    monkeypatch.setattr(accept, "SUPPORTED", False)
+    service = await start_service(accept_depth=8)
+    await service.stubs.create_topic("orders", 4)
+    member = WireMember(service.stubs.coordinator, "g1", "m1", ["orders"])
+
+    assert (await member.heartbeat()).error_code == common_pb2.NONE
+    assert _accept_tasks() == []

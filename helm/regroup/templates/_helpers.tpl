@@ -54,6 +54,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ int64 .Values.config.offsetsRetentionCheckMs | quote }}
 - name: REGROUP_SHUTDOWN_GRACE_S
   value: {{ .Values.config.shutdownGraceSeconds | quote }}
+- name: REGROUP_ACCEPT_DEPTH
+  value: {{ int .Values.config.acceptDepth | quote }}
 - name: REGROUP_LOG_LEVEL
   value: {{ .Values.config.logLevel | quote }}
 {{- end -}}
