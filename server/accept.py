@@ -94,6 +94,11 @@ class AcceptWidener:
                 # Core fails outstanding requests when the server shuts down; a failure while
                 # still running is transient, as grpc's own loop treats it: ask again.
                 continue
+            except Exception:
+                # A persistent failure (core refusing the request itself) would spin if retried;
+                # this loop ends and the method keeps grpc's own pipeline.
+                log.exception("accept_loop_failed", method=method)
+                return
             self.accepted += 1
             coro = _HANDLE_RPC(method, resolver, self._interceptors, rpc_state, loop, False)
             call = loop.create_task(_SCHEDULE_RPC(coro, rpc_state, loop, method), name="rpc_task")

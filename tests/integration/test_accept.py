@@ -96,3 +96,30 @@ async def test_without_grpc_internals_the_server_keeps_the_stock_pipeline(
 
     assert (await member.heartbeat()).error_code == common_pb2.NONE
     assert _accept_tasks() == []
+
+
+async def test_an_accept_loop_that_core_refuses_ends_instead_of_spinning() -> None:
+    import grpc
+
+    from regroup.server.accept import AcceptWidener
+
+    class RefusingServer:
+        """Stands in for grpc's AioServer: running, but every request for a call fails at once."""
+
+        def __init__(self) -> None:
+            self.requests = 0
+
+        def is_running(self) -> bool:
+            return True
+
+        async def _make_request_call_future(self, method: bytes) -> None:
+            self.requests += 1
+            raise RuntimeError("Error in grpc_server_request_registered_call: 7")
+
+    widener = AcceptWidener(grpc.aio.server(), depth=2)
+    refusing = RefusingServer()
+
+    # Returns instead of spinning on a failure that would repeat forever.
+    await asyncio.wait_for(widener._accept(refusing, "/svc/M", None, asyncio.get_running_loop()), timeout=5)
+
+    assert refusing.requests == 1
