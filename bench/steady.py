@@ -262,15 +262,7 @@ def compare_loops(
     """The bare server's throughput and CPU per RPC on uvloop against asyncio's
     own loop, alternating `rounds` times (the issue's suggestion, measured)."""
     servers = {"uvloop": start_bare("uvloop"), "asyncio": start_bare("asyncio")}
-    throughput, cpu = _compare_bare(servers, members, seconds, args, "The bare server's event loop")
-    print(f"uvloop/asyncio: throughput {throughput:.2f}x, CPU per RPC {cpu:.2f}x")
-    return figure(
-        "steady",
-        loops=True,
-        throughput_ratio=round(throughput, 3),
-        cpu_per_rpc_ratio=round(cpu, 3),
-        **context,
-    )
+    return _compare_bare(servers, members, seconds, args, "The bare server's event loop", context, loops=True)
 
 
 def compare_accept(
@@ -280,15 +272,8 @@ def compare_accept(
     pipeline (depth 1), alternating `rounds` times: what server/accept.py saves."""
     depth = Settings().accept_depth
     servers = {f"depth {depth}": start_bare(accept_depth=depth), "depth 1": start_bare(accept_depth=1)}
-    throughput, cpu = _compare_bare(servers, members, seconds, args, "The bare server's accept depth")
-    print(f"accept depth {depth}/1: throughput {throughput:.2f}x, CPU per RPC {cpu:.2f}x")
-    return figure(
-        "steady",
-        accept_depth=depth,
-        throughput_ratio=round(throughput, 3),
-        cpu_per_rpc_ratio=round(cpu, 3),
-        **context,
-    )
+    title = "The bare server's accept depth"
+    return _compare_bare(servers, members, seconds, args, title, context, accept_depth=depth)
 
 
 def _compare_bare(
@@ -297,8 +282,10 @@ def _compare_bare(
     seconds: float,
     args: argparse.Namespace,
     title: str,
-) -> tuple[float, float]:
-    """Alternates steady phases on two bare servers; returns the medians of the
+    context: dict[str, Any],
+    **fields: Any,
+) -> dict[str, Any]:
+    """Alternates steady phases on two bare servers and reports the medians of the
     first's throughput and CPU per RPC over the second's, round by round."""
     loads = {name: LoadGenerator(server.target, members, args.processes) for name, server in servers.items()}
     try:
@@ -324,7 +311,10 @@ def _compare_bare(
     pairs = list(zip(first, second, strict=True))
     throughput = statistics.median(a.rate / b.rate for a, b in pairs)
     cpu = statistics.median(a.cpu_us_per_rpc / b.cpu_us_per_rpc for a, b in pairs)
-    return throughput, cpu
+    print(f"{' / '.join(servers)}: throughput {throughput:.2f}x, CPU per RPC {cpu:.2f}x")
+    return figure(
+        "steady", throughput_ratio=round(throughput, 3), cpu_per_rpc_ratio=round(cpu, 3), **fields, **context
+    )
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ for its turn in that single pipeline, however cheap its handler; the stall bench
 
 `AcceptWidener` adds `depth - 1` more outstanding requests per registered method, each served by
 its own small loop that hands the call to grpc's own per-call machinery (`_handle_rpc`, the same
-coroutine the stock loop runs), so deadlines, cancellation, status codes and interceptors behave
-exactly as before. It relies on grpcio internals pinned in requirements; when they are missing it
-logs once and the server runs with the stock single pipeline.
+coroutine the stock loop runs), so deadlines, cancellation and status codes behave exactly as
+before. regroup's servers have no interceptors; the extra loops pass none. It relies on grpcio
+internals pinned in requirements; when they are missing it logs once and the server runs with the
+stock single pipeline.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 
 import grpc
 import structlog
-from grpc import _common as grpc_common
 
 log = structlog.get_logger(__name__)
 
@@ -40,12 +40,11 @@ except (ImportError, AttributeError):  # pragma: no cover - depends on the grpci
 class AcceptWidener:
     """Records a server's registered handlers, then widens its accept pipeline once it started."""
 
-    def __init__(self, server: grpc.aio.Server, depth: int, interceptors: tuple[Any, ...] = ()) -> None:
+    def __init__(self, server: grpc.aio.Server, depth: int) -> None:
         if depth < 1:
             raise ValueError(f"accept depth must be at least 1, got {depth}")
         self._server = server
         self._depth = depth
-        self._interceptors = interceptors
         self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         self._loops: set[asyncio.Task[None]] = set()
         self._calls: set[asyncio.Task[Any]] = set()
@@ -57,7 +56,8 @@ class AcceptWidener:
             service_name: str, method_handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
         ) -> None:
             for method, handler in method_handlers.items():
-                self._handlers[grpc_common.fully_qualified_method(service_name, method)] = handler
+                # The method's path on the wire, as gRPC core registered it.
+                self._handlers[f"/{service_name}/{method}"] = handler
             original(service_name, dict(method_handlers))
 
         # The generated add_*_to_server functions call this method; wrapping it on this one
@@ -72,10 +72,10 @@ class AcceptWidener:
         """Call after `server.start()`; returns how many extra requests are outstanding."""
         if self._depth == 1 or not self._handlers:
             return 0
-        if not SUPPORTED:
+        aio = getattr(self._server, "_server", None)  # grpc.aio's Cython server, also private
+        if not SUPPORTED or not hasattr(aio, "_make_request_call_future"):
             log.warning("accept_widening_unavailable", grpcio=grpc.__version__)
             return 0
-        aio = self._server._server  # type: ignore[attr-defined]
         loop = asyncio.get_running_loop()
         resolver = _METHOD_RESOLVER([], dict(self._handlers))
         for method in self._handlers:
@@ -100,7 +100,7 @@ class AcceptWidener:
                 log.exception("accept_loop_failed", method=method)
                 return
             self.accepted += 1
-            coro = _HANDLE_RPC(method, resolver, self._interceptors, rpc_state, loop, False)
+            coro = _HANDLE_RPC(method, resolver, (), rpc_state, loop, False)
             call = loop.create_task(_SCHEDULE_RPC(coro, rpc_state, loop, method), name="rpc_task")
             # The loop holds tasks weakly; keep each call alive until it ends.
             self._calls.add(call)
