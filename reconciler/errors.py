@@ -128,9 +128,23 @@ class UnknownTopicId(ApiError):
 
 
 class CoordinatorNotAvailable(ApiError):
-    """Raised by the shell when the store fails; the operation changed nothing."""
+    """Raised by the shell when the store fails; the operation changed nothing.
+
+    For a heartbeat whose member's session the shell renewed all the same
+    (`liveness.renewed_session`), `renewed_epoch` is the epoch it was renewed at
+    and `session_timeout_ms` how long the session now runs.
+    """
 
     code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    renewed_epoch: int | None = None
+    session_timeout_ms: int = 0
+
+    def renewing(self, member_epoch: int, session_timeout_ms: int) -> CoordinatorNotAvailable:
+        """The same refusal, saying that the member's session was renewed."""
+        renewed = CoordinatorNotAvailable(self.message)
+        renewed.renewed_epoch = member_epoch
+        renewed.session_timeout_ms = session_timeout_ms
+        return renewed
 
 
 class NotCoordinator(ApiError):

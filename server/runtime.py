@@ -54,6 +54,7 @@ from regroup.reconciler.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from regroup.reconciler.liveness import NOTHING_IN_DOUBT, WriteInDoubt, renewed_session
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
 from regroup.reconciler.offsets import (
@@ -166,8 +167,9 @@ class Coordinator:
         self.timers = TimerQueue()
         self._run_timers = run_timers
         self._locks = _KeyedLocks()
-        #: Groups whose last write failed: memory may not match the store.
-        self._stale: set[str] = set()
+        #: Groups whose last write failed: memory may not match the store until the
+        #: group is reloaded. The value says what the failed write may have removed.
+        self._stale: dict[str, WriteInDoubt] = {}
         #: Groups whose target the worker is computing (without their lock held).
         self._computing: set[str] = set()
         self._topic_lock = asyncio.Lock()
@@ -212,15 +214,24 @@ class Coordinator:
 
     def _arm_loaded_timers(self, group: Group, now: int) -> None:
         """As Kafka does on load: a full session for everyone, and a full
-        rebalance timeout for members that still owe a revocation."""
+        rebalance timeout for members that still owe a revocation.
+
+        Also when a group is reloaded after a failed write: its members may have
+        heartbeated all along without the coordinator being able to store (and
+        their timers may be overdue, retried while the store was away). A member
+        must never lose its session because the coordinator could not store.
+        Both deadlines only move later: none can be beyond a full one from now.
+        """
         for member in group.members.values():
-            session = TimerKey(group.group_id, member.member_id, "session")
-            if self.timers.deadline(session) is None:
-                self.timers.schedule(session, now + self.config.session_timeout_ms)
+            self.timers.schedule(
+                TimerKey(group.group_id, member.member_id, "session"), now + self.config.session_timeout_ms
+            )
             if member.state is MemberState.UNREVOKED_PARTITIONS:
-                rebalance = TimerKey(group.group_id, member.member_id, "rebalance")
-                if self.timers.deadline(rebalance) is None:
-                    self.timers.schedule(rebalance, now + member.rebalance_timeout_ms, member.member_epoch)
+                self.timers.schedule(
+                    TimerKey(group.group_id, member.member_id, "rebalance"),
+                    now + member.rebalance_timeout_ms,
+                    member.member_epoch,
+                )
 
     # -- the write path ----------------------------------------------------------
 
@@ -308,13 +319,13 @@ class Coordinator:
             if len(result.records) > PREPARE_INLINE_MAX_RECORDS:
                 write = await asyncio.to_thread(prepare_write, group_id, result.records)
         if result.records:
-            await self._store(group_id, write or result.records)
+            await self._store(group_id, result.records, write)
             self._log_records(group, group_id, result.records, cause)
             try:
                 replayed = replay_all(group, group_id, result.records)
             except Exception:
                 # Stored but not applicable: a bug. Reload from the store next time.
-                self._stale.add(group_id)
+                self._mark_stale(group_id, WriteInDoubt.of(result.records))
                 raise
             if replayed is None:
                 self.groups.pop(group_id, None)
@@ -325,13 +336,14 @@ class Coordinator:
         self._apply_timers(group_id, result.timers)
         return result.response
 
-    async def _store(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
+    async def _store(self, group_id: str, records: Sequence[Record], write: PreparedWrite | None) -> None:
+        """Stores `records` (as `write` when it was prepared already)."""
         # A plain try rather than `_storing`: this runs for every write, and an async
         # context manager costs a generator and two more awaits each time.
         try:
-            await self.store.append(group_id, records)
+            await self.store.append(group_id, write or records)
         except (StoreUnavailable, NotOwner) as e:
-            raise self._write_failed(group_id, e) from e
+            raise self._write_failed(group_id, e, WriteInDoubt.of(records)) from e
 
     @contextlib.asynccontextmanager
     async def _storing(self, group_id: str) -> AsyncIterator[None]:
@@ -341,15 +353,20 @@ class Coordinator:
         except (StoreUnavailable, NotOwner) as e:
             raise self._write_failed(group_id, e) from e
 
-    def _write_failed(self, group_id: str, e: StoreUnavailable | NotOwner) -> ApiError:
+    def _write_failed(
+        self, group_id: str, e: StoreUnavailable | NotOwner, in_doubt: WriteInDoubt = NOTHING_IN_DOUBT
+    ) -> ApiError:
         """The protocol error for a failed write; memory may no longer match the store."""
         # The commit may or may not have happened: reload before the next use.
-        self._stale.add(group_id)
+        self._mark_stale(group_id, in_doubt)
         if isinstance(e, NotOwner):
             self.log.warning("group_ownership_lost", group_id=group_id, error=str(e))
             return NotCoordinator(str(e))
         self.log.warning("store_unavailable", group_id=group_id, error=str(e))
         return CoordinatorNotAvailable(str(e))
+
+    def _mark_stale(self, group_id: str, in_doubt: WriteInDoubt) -> None:
+        self._stale[group_id] = self._stale.get(group_id, NOTHING_IN_DOUBT).plus(in_doubt)
 
     async def _current_group(self, group_id: str) -> Group | None:
         if group_id not in self._stale:
@@ -361,7 +378,7 @@ class Coordinator:
             raise CoordinatorNotAvailable(str(e)) from e
         if owner is not None and owner != (self.store.replica_id, self.store.owner_epoch):
             raise NotCoordinator(f"Group {group_id} is owned by {owner[0]} at owner epoch {owner[1]}.")
-        self._stale.discard(group_id)
+        del self._stale[group_id]
         self.assigner.forget((group_id,))  # the worker's copy was read from the old object
         if group is None:
             self.groups.pop(group_id, None)
@@ -398,9 +415,28 @@ class Coordinator:
         def op(group: Group | None, ctx: Context) -> Result[ConsumerGroupHeartbeatResponse]:
             return consumer_group_heartbeat(group, req, ctx)
 
-        return await self.run(
-            req.group_id, op, cause=cause, new_member_id=new_member_id, group_type=req.group_type
-        )
+        try:
+            return await self.run(
+                req.group_id, op, cause=cause, new_member_id=new_member_id, group_type=req.group_type
+            )
+        except CoordinatorNotAvailable as e:
+            raise self._renewing_session(req, e) from e
+
+    def _renewing_session(
+        self, req: ConsumerGroupHeartbeat, refusal: CoordinatorNotAvailable
+    ) -> CoordinatorNotAvailable:
+        """The store could not serve a heartbeat: renew the member's session all
+        the same when that is safe (see `liveness`), and say so in the refusal."""
+        in_doubt = self._stale.get(req.group_id)
+        if in_doubt is None:
+            return refusal
+        group = self.groups.get(req.group_id)
+        ctx = self._context(req.group_id, group, req.group_type, "")
+        timer = renewed_session(group, req.member_id, req.member_epoch, in_doubt, ctx)
+        if timer is None:
+            return refusal
+        self._apply_timers(req.group_id, (timer,))
+        return refusal.renewing(req.member_epoch, self.config.session_timeout_ms)
 
     async def prepare_assignment(self, req: PrepareAssignment) -> PrepareAssignmentResponse:
         def op(group: Group | None, ctx: Context) -> Result[PrepareAssignmentResponse]:

@@ -14,7 +14,7 @@ import grpc
 import structlog
 
 from regroup.reconciler import ApiError, ErrorCode, Topic, TopicsImage
-from regroup.reconciler.errors import GroupIdNotFound
+from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound
 from regroup.reconciler.messages import PrepareAssignment
 from regroup.reconciler.offsets import OffsetToCommit
 from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
@@ -68,7 +68,7 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
             )
         except ApiError as e:
             return coordinator_pb2.ConsumerGroupHeartbeatResponse(
-                error_code=mapping.error_code_pb(e.code), error_message=e.message, member_id=request.member_id
+                **_heartbeat_error_fields(e, request.member_id)
             )
         return mapping.heartbeat_to_pb(response, self._coordinator.image)
 
@@ -83,7 +83,7 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
             )
         except ApiError as e:
             return coordinator_pb2.ConnectGroupHeartbeatResponse(
-                error_code=mapping.error_code_pb(e.code), error_message=e.message, member_id=request.member_id
+                **_heartbeat_error_fields(e, request.member_id)
             )
         return mapping.connect_heartbeat_to_pb(response)
 
@@ -202,6 +202,16 @@ def _topic_ids(topics: Any, image: TopicsImage) -> list[tuple[str, str, Any]]:
 
 def _error_fields(e: ApiError) -> dict[str, Any]:
     return {"error_code": mapping.error_code_pb(e.code), "error_message": e.message}
+
+
+def _heartbeat_error_fields(e: ApiError, member_id: str) -> dict[str, Any]:
+    """A refused heartbeat; with COORDINATOR_NOT_AVAILABLE, whether its session was renewed."""
+    fields = {**_error_fields(e), "member_id": member_id}
+    if isinstance(e, CoordinatorNotAvailable) and e.renewed_epoch is not None:
+        fields.update(
+            member_epoch=e.renewed_epoch, session_timeout_ms=e.session_timeout_ms, session_renewed=True
+        )
+    return fields
 
 
 class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):

@@ -7,11 +7,15 @@ The migrations run once into a template database; each test gets a fresh copy
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import tempfile
+import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import psutil
 
 from regroup.server.embedded import embedded_postgres
 from regroup.server.migrate import apply_migrations
@@ -72,3 +76,23 @@ class EmbeddedPostgres:
         finally:
             await conn.close()
         return dsn_for(self.base_dsn, name)
+
+
+class StoppablePostgres(EmbeddedPostgres):
+    """An embedded Postgres of a test's own, which the test can take away (an
+    immediate shutdown, as a crash or a failover looks to clients) and bring
+    back on the same socket, so that the same DSN works again."""
+
+    def stop_immediately(self, timeout_s: float = 10.0) -> None:
+        pid = self._server.get_pid()
+        assert pid is not None
+        # SIGQUIT is Postgres' immediate shutdown: no checkpoint, every client cut off.
+        os.kill(pid, signal.SIGQUIT)
+        deadline = time.monotonic() + timeout_s
+        while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Postgres {pid} did not stop")
+            time.sleep(0.02)
+
+    def restart(self) -> None:
+        self._server.ensure_postgres_running()

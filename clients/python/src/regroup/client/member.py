@@ -422,6 +422,7 @@ class GroupMember:
             return 0.0
         if code in RETRIABLE_CODES:
             log.warning("heartbeat of %s refused (%s), retrying", self._member_id, error_name(code))
+            self._note_renewed_session(response, sent_at)
             return self._retry_later(flushes)
         self._fail(RegroupError(code, response.error_message))
         self._resolve(flushes, False)
@@ -486,6 +487,20 @@ class GroupMember:
             self._want_reconcile()
         elif self._target is None and self._epoch > 0:
             self._target = frozenset()
+
+    def _note_renewed_session(self, response: Response, sent_at: float) -> None:
+        """A refusal whose `session_renewed` says the coordinator could not store
+        but renewed this member's session at its epoch: for the session's sake it
+        counts as an answer, so the partitions stay through a database outage."""
+        if (
+            response.error_code == common_pb2.COORDINATOR_NOT_AVAILABLE
+            and response.session_renewed
+            and self._epoch > 0
+            and response.member_epoch == self._epoch
+            and response.session_timeout_ms > 0
+        ):
+            self._session_timeout_ms = response.session_timeout_ms
+            self._last_answered_send = sent_at
 
     def _retry_later(self, flushes: list[_Flush]) -> float:
         """Back off with jitter; keep the partitions only while the session lives."""

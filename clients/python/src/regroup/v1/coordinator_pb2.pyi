@@ -135,6 +135,7 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    SESSION_RENEWED_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     """NONE, or the reason the heartbeat was refused."""
     error_message: _builtins.str
@@ -148,6 +149,14 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
     session_timeout_ms: _builtins.int
     """The session timeout the coordinator applies to this member: without a
     heartbeat for this long, the member is removed from the group.
+    """
+    session_renewed: _builtins.bool
+    """Set only with COORDINATOR_NOT_AVAILABLE: the coordinator could not store
+    (its database is unreachable) but renewed the member's session at
+    member_epoch for session_timeout_ms, as a served heartbeat does. The member
+    keeps what it owns and retries after a backoff: a member never loses its
+    session because the coordinator could not store. Without it, the refusal
+    says nothing about the session.
     """
     @_builtins.property
     def assignment(self) -> _common_pb2.Assignment:
@@ -163,10 +172,11 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
         heartbeat_interval_ms: _builtins.int = ...,
         assignment: _common_pb2.Assignment | None = ...,
         session_timeout_ms: _builtins.int = ...,
+        session_renewed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_renewed", b"session_renewed", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -264,6 +274,7 @@ class ConnectGroupHeartbeatResponse(_message.Message):
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    SESSION_RENEWED_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     """NONE, COMPUTE_ASSIGNMENT, or the reason the heartbeat was refused."""
     error_message: _builtins.str
@@ -271,6 +282,10 @@ class ConnectGroupHeartbeatResponse(_message.Message):
     member_epoch: _builtins.int
     heartbeat_interval_ms: _builtins.int
     session_timeout_ms: _builtins.int
+    session_renewed: _builtins.bool
+    """As in ConsumerGroupHeartbeatResponse: with COORDINATOR_NOT_AVAILABLE, the
+    worker's session was renewed at member_epoch although nothing was stored.
+    """
     @_builtins.property
     def assignment(self) -> _common_pb2.ConnectorsAndTasks:
         """The worker's full assignment; absent when unchanged."""
@@ -285,10 +300,11 @@ class ConnectGroupHeartbeatResponse(_message.Message):
         heartbeat_interval_ms: _builtins.int = ...,
         assignment: _common_pb2.ConnectorsAndTasks | None = ...,
         session_timeout_ms: _builtins.int = ...,
+        session_renewed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_renewed", b"session_renewed", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,229 @@
+"""A Postgres outage, on a real embedded Postgres stopped (immediate shutdown) and restarted.
+
+A member must never lose its session because the coordinator could not store:
+members that keep heartbeating through an outage of any length keep their
+membership, epoch and partitions once Postgres is back, and nothing bumps the
+group epoch but the changes that were really made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from regroup.client import GroupMember, MemberOptions, RegroupError
+from regroup.server.clock import ManualClock
+from regroup.v1 import common_pb2, coordinator_pb2
+from tests.integration.conftest import Service, ServiceFactory
+from tests.support.ownership import OwnershipRegistry
+from tests.support.pg import StoppablePostgres
+from tests.support.wire import WireMember, assert_disjoint, converge
+
+pytestmark = pytest.mark.integration
+
+SESSION_MS = 3_000
+INTERVAL_MS = 1_000
+#: The clock moves in steps this long; each member heartbeats in its own step
+#: of every interval, so the members' heartbeats are spread over the interval.
+STEP_MS = 250
+
+
+@pytest.fixture(scope="module")
+def stoppable_postgres() -> Iterator[StoppablePostgres]:
+    pg = StoppablePostgres()
+    yield pg
+    pg.close()
+
+
+@pytest.fixture
+async def database(stoppable_postgres: StoppablePostgres) -> AsyncIterator[str]:
+    """This module's tests run on a Postgres of their own, which they stop."""
+    yield await stoppable_postgres.migrated_database()
+    # A failed test must not leave the next one without a database.
+    await asyncio.to_thread(stoppable_postgres.restart)
+
+
+async def _fleet(service: Service, count: int) -> list[WireMember]:
+    await service.stubs.create_topic("orders", 2 * count)
+    members = [WireMember(service.stubs.coordinator, "g", f"m{i:02}", ["orders"]) for i in range(count)]
+    await converge(service.stubs, "g", members)
+    return members
+
+
+async def _commit(service: Service, member: WireMember) -> coordinator_pb2.OffsetCommitResponse:
+    topic_id, partitions = next(iter(member.owned.items()))
+    return await service.stubs.coordinator.OffsetCommit(
+        coordinator_pb2.OffsetCommitRequest(
+            group_id="g",
+            member_id=member.member_id,
+            member_epoch=member.epoch,
+            topics=[
+                coordinator_pb2.OffsetCommitRequest.Topic(
+                    topic_id=topic_id,
+                    partitions=[
+                        coordinator_pb2.OffsetCommitRequest.Partition(partition=min(partitions), offset=7)
+                    ],
+                )
+            ],
+        )
+    )
+
+
+async def _spread_heartbeats(
+    service: Service, clock: ManualClock, members: list[WireMember], duration_ms: int
+) -> list[coordinator_pb2.ConsumerGroupHeartbeatResponse]:
+    """Moves the clock by `duration_ms`; in every step, the members whose turn it is
+    heartbeat, then the due timers run. Returns the responses."""
+    responses = []
+    slots = INTERVAL_MS // STEP_MS
+    for step in range(duration_ms // STEP_MS):
+        clock.advance(STEP_MS)
+        for i, member in enumerate(members):
+            if i % slots == step % slots:
+                responses.append(await member.heartbeat())
+        await service.coordinator.expire_due()
+    return responses
+
+
+@pytest.mark.parametrize("outage_ms", [SESSION_MS // 2, 3 * SESSION_MS], ids=["shorter", "longer"])
+async def test_members_heartbeating_through_an_outage_keep_their_partitions(
+    start_service: ServiceFactory, stoppable_postgres: StoppablePostgres, outage_ms: int
+) -> None:
+    clock = ManualClock()
+    service = await start_service(
+        clock=clock, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=INTERVAL_MS, run_timers=False
+    )
+    members = await _fleet(service, 12)
+    before = await service.stubs.describe("g")
+    owned = {m.member_id: (m.epoch, m.partitions()) for m in members}
+
+    await asyncio.to_thread(stoppable_postgres.stop_immediately)
+    # A write fails (an offset commit): the group is stale until it can be reloaded,
+    # so from now on every heartbeat is refused with COORDINATOR_NOT_AVAILABLE.
+    assert (await _commit(service, members[0])).error_code == common_pb2.COORDINATOR_NOT_AVAILABLE
+    during = await _spread_heartbeats(service, clock, members, outage_ms)
+
+    assert {r.error_code for r in during} == {common_pb2.COORDINATOR_NOT_AVAILABLE}
+    # Each refusal says that the member's session was renewed at its epoch.
+    assert all(r.session_renewed and r.session_timeout_ms == SESSION_MS for r in during)
+    assert all(r.member_epoch == owned[r.member_id][0] for r in during)
+
+    await asyncio.to_thread(stoppable_postgres.restart)
+    after = await _spread_heartbeats(service, clock, members, 2 * SESSION_MS)
+
+    assert {r.error_code for r in after} == {common_pb2.NONE}
+    assert {m.member_id: (m.epoch, m.partitions()) for m in members} == owned
+    assert_disjoint(members)
+    group = await service.stubs.describe("g")
+    assert (group.group_epoch, group.assignment_epoch) == (before.group_epoch, before.assignment_epoch)
+    assert group.group_state == "Stable"
+    assert sorted(m.member_id for m in group.members) == sorted(owned)
+    assert (await _commit(service, members[0])).error_code == common_pb2.NONE
+
+
+async def test_timers_that_came_due_during_an_outage_give_a_full_session_after_it(
+    start_service: ServiceFactory, stoppable_postgres: StoppablePostgres
+) -> None:
+    """As on a start: every member of a group reloaded after the store came back
+    gets a full session from then, even one whose timer ran out while the store
+    was away and was being retried (the members here did not heartbeat at all)."""
+    clock = ManualClock()
+    service = await start_service(
+        clock=clock, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=INTERVAL_MS, run_timers=False
+    )
+    members = await _fleet(service, 4)
+    await _spread_heartbeats(service, clock, members, INTERVAL_MS)  # sessions end at spread times
+    before = await service.stubs.describe("g")
+
+    await asyncio.to_thread(stoppable_postgres.stop_immediately)
+    for _ in range(3 * SESSION_MS // STEP_MS):
+        clock.advance(STEP_MS)
+        assert await service.coordinator.expire_due() == []
+    await asyncio.to_thread(stoppable_postgres.restart)
+
+    # The first retry reloads the group; the others, still queued and overdue, must
+    # not fence anyone: every session starts again from the reload.
+    for _ in range((SESSION_MS - 500) // STEP_MS):
+        clock.advance(STEP_MS)
+        assert await service.coordinator.expire_due() == []
+    for member in members:
+        assert (await member.heartbeat()).error_code == common_pb2.NONE
+    group = await service.stubs.describe("g")
+    assert (group.group_epoch, len(group.members)) == (before.group_epoch, 4)
+
+
+async def test_a_member_the_failed_write_may_have_removed_is_not_renewed(
+    start_service: ServiceFactory, stoppable_postgres: StoppablePostgres
+) -> None:
+    """A session timeout whose fencing failed in doubt may have committed: that
+    member is not told that its session lives (it would keep partitions that the
+    store may have freed), while the others are."""
+    clock = ManualClock()
+    service = await start_service(
+        clock=clock, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=INTERVAL_MS, run_timers=False
+    )
+    alive, silent = await _fleet(service, 2)
+
+    clock.advance(SESSION_MS - 500)
+    await alive.heartbeat()
+    await asyncio.to_thread(stoppable_postgres.stop_immediately)
+    clock.advance(1_000)  # the silent member's session runs out; fencing it fails
+    assert await service.coordinator.expire_due() == []
+
+    refused = await silent.heartbeat()
+    renewed = await alive.heartbeat()
+    assert refused.error_code == renewed.error_code == common_pb2.COORDINATOR_NOT_AVAILABLE
+    assert not refused.session_renewed
+    assert renewed.session_renewed and renewed.member_epoch == alive.epoch
+    await asyncio.to_thread(stoppable_postgres.restart)
+
+
+async def test_real_clients_keep_their_partitions_through_an_outage_three_sessions_long(
+    start_service: ServiceFactory, stoppable_postgres: StoppablePostgres
+) -> None:
+    """The report, end to end: the real client, twelve members heartbeating at their
+    own times, Postgres gone for three session timeouts. Nobody loses anything, no
+    partition ever has two owners, and the group epoch is where it was."""
+    session_ms = 1_500
+    service = await start_service(session_timeout_ms=session_ms, heartbeat_interval_ms=200)
+    await service.stubs.create_topic("orders", 24)
+    registry = OwnershipRegistry()
+    target = f"127.0.0.1:{service.server.port}"
+    members = [
+        GroupMember(
+            target,
+            listener=registry.listener(f"m{i:02}"),
+            member_id=f"m{i:02}",
+            options=MemberOptions(client_id=f"m{i:02}", session_safety_margin_ms=300),
+        )
+        for i in range(12)
+    ]
+    try:
+        for member in members:
+            await member.join("g", topics=["orders"])
+        for member in members:
+            await member.wait_for_assignment(lambda a: len(a.partitions) == 2)
+        before = await service.stubs.describe("g")
+        owned = {m.member_id: (m.member_epoch, m.assignment().partitions) for m in members}
+
+        await asyncio.to_thread(stoppable_postgres.stop_immediately)
+        partition = next(iter(members[0].assignment().partitions))
+        with pytest.raises(RegroupError) as refused:
+            await members[0].commit({partition: 7})  # a write fails: the group goes stale
+        assert refused.value.code == common_pb2.COORDINATOR_NOT_AVAILABLE
+        await asyncio.sleep(3 * session_ms / 1000)
+        await asyncio.to_thread(stoppable_postgres.restart)
+        await members[0].commit({partition: 7})
+        await asyncio.sleep(4 * 200 / 1000)  # a few heartbeats after the store is back
+
+        assert registry.violations == []
+        assert [e for e in registry.events if e.kind == "lost"] == []
+        assert {m.member_id: (m.member_epoch, m.assignment().partitions) for m in members} == owned
+        group = await service.stubs.describe("g")
+        assert (group.group_epoch, group.group_state) == (before.group_epoch, "Stable")
+        assert all(m.failure is None for m in members)
+    finally:
+        for member in members:
+            await member.close()
