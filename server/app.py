@@ -21,6 +21,7 @@ from .migrate import DEFAULT_MIGRATIONS_DIR, apply_migrations
 from .runtime import Coordinator
 from .service import GroupAdminService, GroupCoordinatorService
 from .store import PostgresStore, StoreUnavailable
+from .storewatch import StoreWatch
 
 log = structlog.get_logger("regroup")
 
@@ -28,6 +29,15 @@ SERVICE_NAMES = (
     coordinator_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["GroupAdmin"].full_name,
 )
+#: The health names that follow the store: the whole server ("") and its services.
+#: NOT_SERVING while Postgres does not answer, for readiness probes.
+READINESS_NAMES = ("", *SERVICE_NAMES)
+#: A health name that is SERVING from the moment the server accepts calls until it
+#: begins to stop, whatever the store does. The chart's liveness probe reads it (a
+#: database outage must not restart replicas), and so does its readiness probe by
+#: default: a replica that cannot store still renews its members' sessions, while
+#: one taken out of its Service would make them lose their partitions.
+PROCESS_NAME = "process"
 
 
 async def resolve_database_url(settings: Settings) -> str:
@@ -61,13 +71,16 @@ class RegroupServer:
     _store: PostgresStore | None = None
     _health: health.aio.HealthServicer | None = None
     _widener: AcceptWidener | None = None
+    _watch: StoreWatch | None = None
 
     async def start(self) -> None:
         dsn = await resolve_database_url(self.settings)
         applied = await run_migrations(dsn, self.settings)
         if applied:
             log.info("migrations_applied", migrations=applied)
-        self._store = await PostgresStore.connect(dsn, self.settings.replica_id)
+        self._store = await PostgresStore.connect(
+            dsn, self.settings.replica_id, timeout_s=self.settings.store_timeout_ms / 1000
+        )
         self.coordinator = Coordinator(
             self._store, self.settings.group_config(), self.clock, run_timers=self.run_timers
         )
@@ -98,11 +111,26 @@ class RegroupServer:
         await server.start()
         extra = widener.start()
         self._widener = widener
-        for name in ("", *SERVICE_NAMES):
+        for name in (*READINESS_NAMES, PROCESS_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self._watch = StoreWatch(self._store.ping, self._store_changed, self.settings.store_check_ms / 1000)
+        self.coordinator.store_failed = self._watch.report_failure
+        self._watch.start()
         self._server = server
         host = self.settings.listen.rpartition(":")[0]
         log.info("server_started", listen=f"{host}:{self.port}", extra_accepts=extra)
+
+    async def _store_changed(self, available: bool) -> None:
+        if self.coordinator is not None:
+            self.coordinator.store_down = not available
+        if self._health is not None:
+            status = (
+                health_pb2.HealthCheckResponse.SERVING
+                if available
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            for name in READINESS_NAMES:
+                await self._health.set(name, status)
 
     @property
     def widener(self) -> AcceptWidener | None:
@@ -114,6 +142,9 @@ class RegroupServer:
         health_servicer, server, store = self._health, self._server, self._store
         coordinator = self.coordinator
         self._health = self._server = self._store = None
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            await watch.stop()
         if health_servicer is not None:
             await health_servicer.enter_graceful_shutdown()
         widener, self._widener = self._widener, None

@@ -40,6 +40,10 @@ class Settings:
     shutdown_grace_s: float = 5.0
     #: Calls requested from gRPC core at once per method (1 is grpc.aio's own single pipeline).
     accept_depth: int = 8
+    #: How often the store is pinged; readiness turns NOT_SERVING while it does not answer.
+    store_check_ms: int = 1_000
+    #: Connecting to Postgres and each statement give up after this long.
+    store_timeout_ms: int = 10_000
     log_level: str = "info"
     #: This replica's name in the groups' owner column.
     replica_id: str = ""
@@ -73,6 +77,8 @@ _ENV = {
     "offsets_retention_check_ms": "REGROUP_OFFSETS_RETENTION_CHECK_MS",
     "shutdown_grace_s": "REGROUP_SHUTDOWN_GRACE_S",
     "accept_depth": "REGROUP_ACCEPT_DEPTH",
+    "store_check_ms": "REGROUP_STORE_CHECK_MS",
+    "store_timeout_ms": "REGROUP_STORE_TIMEOUT_MS",
     "log_level": "REGROUP_LOG_LEVEL",
     "replica_id": "REGROUP_REPLICA_ID",
     "migrations_dir": "REGROUP_MIGRATIONS_DIR",
@@ -144,6 +150,8 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         ),
         shutdown_grace_s=grace,
         accept_depth=_int(raw, "accept_depth", defaults.accept_depth, 1),
+        store_check_ms=_int(raw, "store_check_ms", defaults.store_check_ms, 10),
+        store_timeout_ms=_int(raw, "store_timeout_ms", defaults.store_timeout_ms, 100),
         log_level=raw.get("log_level", defaults.log_level).lower(),
         replica_id=raw.get("replica_id", ""),
         migrations_dir=Path(raw["migrations_dir"]) if "migrations_dir" in raw else None,

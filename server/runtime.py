@@ -172,6 +172,11 @@ class Coordinator:
         self._stale: dict[str, WriteInDoubt] = {}
         #: Groups whose target the worker is computing (without their lock held).
         self._computing: set[str] = set()
+        #: Set while the store is known to be unreachable (the app's StoreWatch): requests
+        #: that need it are refused at once instead of waiting on a connection.
+        self.store_down = False
+        #: Called when a request found the store failing (the StoreWatch checks at once).
+        self.store_failed: Callable[[], None] = lambda: None
         self._topic_lock = asyncio.Lock()
         self._timer_task: asyncio.Task[None] | None = None
         self.assigner = Assigner(config)
@@ -340,6 +345,7 @@ class Coordinator:
         """Stores `records` (as `write` when it was prepared already)."""
         # A plain try rather than `_storing`: this runs for every write, and an async
         # context manager costs a generator and two more awaits each time.
+        self._refuse_if_store_down(group_id)
         try:
             await self.store.append(group_id, write or records)
         except (StoreUnavailable, NotOwner) as e:
@@ -348,6 +354,7 @@ class Coordinator:
     @contextlib.asynccontextmanager
     async def _storing(self, group_id: str) -> AsyncIterator[None]:
         """Maps the store's failures of a write to the group to protocol errors."""
+        self._refuse_if_store_down(group_id)
         try:
             yield
         except (StoreUnavailable, NotOwner) as e:
@@ -362,8 +369,17 @@ class Coordinator:
         if isinstance(e, NotOwner):
             self.log.warning("group_ownership_lost", group_id=group_id, error=str(e))
             return NotCoordinator(str(e))
-        self.log.warning("store_unavailable", group_id=group_id, error=str(e))
+        self.log.warning("group_write_failed", group_id=group_id, error=str(e))
+        self.store_failed()
         return CoordinatorNotAvailable(str(e))
+
+    def _refuse_if_store_down(self, group_id: str) -> None:
+        """Refuses a group's write while the store is known to be away. Nothing is
+        tried, so nothing is in doubt; the group is still reloaded once the store is
+        back, which gives its members a full session (as after any failed write)."""
+        if self.store_down:
+            self._mark_stale(group_id, NOTHING_IN_DOUBT)
+            raise CoordinatorNotAvailable("The store (Postgres) is unreachable; retry after a backoff.")
 
     def _mark_stale(self, group_id: str, in_doubt: WriteInDoubt) -> None:
         self._stale[group_id] = self._stale.get(group_id, NOTHING_IN_DOUBT).plus(in_doubt)
@@ -371,10 +387,12 @@ class Coordinator:
     async def _current_group(self, group_id: str) -> Group | None:
         if group_id not in self._stale:
             return self.groups.get(group_id)
+        self._refuse_if_store_down(group_id)
         try:
             group = await self.store.load_group(group_id)
             owner = await self.store.group_owner(group_id)
         except StoreUnavailable as e:
+            self.store_failed()
             raise CoordinatorNotAvailable(str(e)) from e
         if owner is not None and owner != (self.store.replica_id, self.store.owner_epoch):
             raise NotCoordinator(f"Group {group_id} is owned by {owner[0]} at owner epoch {owner[1]}.")
@@ -427,9 +445,7 @@ class Coordinator:
     ) -> CoordinatorNotAvailable:
         """The store could not serve a heartbeat: renew the member's session all
         the same when that is safe (see `liveness`), and say so in the refusal."""
-        in_doubt = self._stale.get(req.group_id)
-        if in_doubt is None:
-            return refusal
+        in_doubt = self._stale.get(req.group_id, NOTHING_IN_DOUBT)
         group = self.groups.get(req.group_id)
         ctx = self._context(req.group_id, group, req.group_type, "")
         timer = renewed_session(group, req.member_id, req.member_epoch, in_doubt, ctx)

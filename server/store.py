@@ -381,9 +381,20 @@ class PostgresStore:
         self._closing = False
 
     @classmethod
-    async def connect(cls, dsn: str, replica_id: str = "", max_size: int = 8) -> PostgresStore:
+    async def connect(
+        cls, dsn: str, replica_id: str = "", max_size: int = 8, timeout_s: float = 10.0
+    ) -> PostgresStore:
+        """A pool whose connecting and every statement give up after `timeout_s`: a
+        database lost behind a silent network must fail requests, not hang them."""
         try:
-            pool = await asyncpg.create_pool(dsn, min_size=1, max_size=max_size, reset=_keep_session)
+            pool = await asyncpg.create_pool(
+                dsn,
+                min_size=1,
+                max_size=max_size,
+                reset=_keep_session,
+                timeout=timeout_s,
+                command_timeout=timeout_s,
+            )
         except (OSError, asyncpg.PostgresError) as e:
             raise StoreUnavailable(f"Cannot connect to Postgres: {e}") from e
         return cls(pool, replica_id)
@@ -539,8 +550,20 @@ class PostgresStore:
         return groups.get(group_id)
 
     async def group_owner(self, group_id: str) -> tuple[str, int] | None:
-        row = await self._pool.fetchrow("SELECT owner, owner_epoch FROM groups WHERE group_id = $1", group_id)
+        try:
+            row = await self._pool.fetchrow(
+                "SELECT owner, owner_epoch FROM groups WHERE group_id = $1", group_id
+            )
+        except DATABASE_ERRORS as e:
+            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
         return None if row is None else (row["owner"], row["owner_epoch"])
+
+    async def ping(self) -> None:
+        """One round trip to Postgres; raises StoreUnavailable when it fails."""
+        try:
+            await self._pool.fetchval("SELECT 1")
+        except DATABASE_ERRORS as e:
+            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
 
     async def _load(self, conn: Conn, group_id: str | None) -> dict[str, Group]:
         where, args = ("WHERE group_id = $1", [group_id]) if group_id is not None else ("", [])

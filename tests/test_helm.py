@@ -78,3 +78,21 @@ def test_rendered_environment_is_read_by_the_server(helm: str) -> None:
     assert settings.offsets_retention_ms == 604_800_000
     assert settings.assignment_interval_ms == 1000
     assert settings.accept_depth == 8
+    assert (settings.store_check_ms, settings.store_timeout_ms) == (1000, 10_000)
+
+
+def test_probes_read_the_process_name_unless_readiness_follows_the_store(helm: str) -> None:
+    import yaml
+
+    def probes(*sets: str) -> tuple[str, str]:
+        args = [a for s in ("database.url=postgresql://db/regroup", *sets) for a in ("--set", s)]
+        rendered = run(helm, "template", "rg", str(CHART), *args)
+        assert rendered.returncode == 0, rendered.stderr
+        deployment = next(
+            d for d in yaml.safe_load_all(rendered.stdout) if d and d.get("kind") == "Deployment"
+        )
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        return container["readinessProbe"]["grpc"]["service"], container["livenessProbe"]["grpc"]["service"]
+
+    assert probes() == ("process", "process")
+    assert probes("probes.readinessFollowsStore=true") == ("", "process")

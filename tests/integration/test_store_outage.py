@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from regroup.client import GroupMember, MemberOptions, RegroupError
 from regroup.server.clock import ManualClock
@@ -25,6 +26,10 @@ pytestmark = pytest.mark.integration
 
 SESSION_MS = 3_000
 INTERVAL_MS = 1_000
+#: The store is pinged this often (real time): readiness follows it within a tick.
+CHECK_MS = 50
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 #: The clock moves in steps this long; each member heartbeats in its own step
 #: of every interval, so the members' heartbeats are spread over the interval.
 STEP_MS = 250
@@ -43,6 +48,25 @@ async def database(stoppable_postgres: StoppablePostgres) -> AsyncIterator[str]:
     yield await stoppable_postgres.migrated_database()
     # A failed test must not leave the next one without a database.
     await asyncio.to_thread(stoppable_postgres.restart)
+
+
+async def _health(service: Service, name: str = "") -> int:
+    health = health_pb2_grpc.HealthStub(service.stubs.channel)
+    status: int = (await health.Check(health_pb2.HealthCheckRequest(service=name))).status
+    return status
+
+
+async def _wait_health(service: Service, wanted: int, timeout_s: float = 10.0) -> None:
+    """Until readiness says `wanted`, as a probe polling it would see."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while await _health(service) != wanted:
+        assert asyncio.get_running_loop().time() < deadline, f"health never became {wanted}"
+        await asyncio.sleep(CHECK_MS / 1000)
+
+
+async def _restart(pg: StoppablePostgres, service: Service) -> None:
+    await asyncio.to_thread(pg.restart)
+    await _wait_health(service, SERVING)
 
 
 async def _fleet(service: Service, count: int) -> list[WireMember]:
@@ -93,7 +117,11 @@ async def test_members_heartbeating_through_an_outage_keep_their_partitions(
 ) -> None:
     clock = ManualClock()
     service = await start_service(
-        clock=clock, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=INTERVAL_MS, run_timers=False
+        clock=clock,
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=INTERVAL_MS,
+        store_check_ms=CHECK_MS,
+        run_timers=False,
     )
     members = await _fleet(service, 12)
     before = await service.stubs.describe("g")
@@ -110,7 +138,7 @@ async def test_members_heartbeating_through_an_outage_keep_their_partitions(
     assert all(r.session_renewed and r.session_timeout_ms == SESSION_MS for r in during)
     assert all(r.member_epoch == owned[r.member_id][0] for r in during)
 
-    await asyncio.to_thread(stoppable_postgres.restart)
+    await _restart(stoppable_postgres, service)
     after = await _spread_heartbeats(service, clock, members, 2 * SESSION_MS)
 
     assert {r.error_code for r in after} == {common_pb2.NONE}
@@ -131,7 +159,11 @@ async def test_timers_that_came_due_during_an_outage_give_a_full_session_after_i
     was away and was being retried (the members here did not heartbeat at all)."""
     clock = ManualClock()
     service = await start_service(
-        clock=clock, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=INTERVAL_MS, run_timers=False
+        clock=clock,
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=INTERVAL_MS,
+        store_check_ms=CHECK_MS,
+        run_timers=False,
     )
     members = await _fleet(service, 4)
     await _spread_heartbeats(service, clock, members, INTERVAL_MS)  # sessions end at spread times
@@ -141,7 +173,7 @@ async def test_timers_that_came_due_during_an_outage_give_a_full_session_after_i
     for _ in range(3 * SESSION_MS // STEP_MS):
         clock.advance(STEP_MS)
         assert await service.coordinator.expire_due() == []
-    await asyncio.to_thread(stoppable_postgres.restart)
+    await _restart(stoppable_postgres, service)
 
     # The first retry reloads the group; the others, still queued and overdue, must
     # not fence anyone: every session starts again from the reload.
@@ -162,7 +194,11 @@ async def test_a_member_the_failed_write_may_have_removed_is_not_renewed(
     store may have freed), while the others are."""
     clock = ManualClock()
     service = await start_service(
-        clock=clock, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=INTERVAL_MS, run_timers=False
+        clock=clock,
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=INTERVAL_MS,
+        store_check_ms=CHECK_MS,
+        run_timers=False,
     )
     alive, silent = await _fleet(service, 2)
 
@@ -187,7 +223,9 @@ async def test_real_clients_keep_their_partitions_through_an_outage_three_sessio
     own times, Postgres gone for three session timeouts. Nobody loses anything, no
     partition ever has two owners, and the group epoch is where it was."""
     session_ms = 1_500
-    service = await start_service(session_timeout_ms=session_ms, heartbeat_interval_ms=200)
+    service = await start_service(
+        session_timeout_ms=session_ms, heartbeat_interval_ms=200, store_check_ms=CHECK_MS
+    )
     await service.stubs.create_topic("orders", 24)
     registry = OwnershipRegistry()
     target = f"127.0.0.1:{service.server.port}"
@@ -214,7 +252,7 @@ async def test_real_clients_keep_their_partitions_through_an_outage_three_sessio
             await members[0].commit({partition: 7})  # a write fails: the group goes stale
         assert refused.value.code == common_pb2.COORDINATOR_NOT_AVAILABLE
         await asyncio.sleep(3 * session_ms / 1000)
-        await asyncio.to_thread(stoppable_postgres.restart)
+        await _restart(stoppable_postgres, service)
         await members[0].commit({partition: 7})
         await asyncio.sleep(4 * 200 / 1000)  # a few heartbeats after the store is back
 
@@ -227,3 +265,46 @@ async def test_real_clients_keep_their_partitions_through_an_outage_three_sessio
     finally:
         for member in members:
             await member.close()
+
+
+async def test_health_follows_the_store_and_the_process_name_does_not(
+    start_service: ServiceFactory, stoppable_postgres: StoppablePostgres
+) -> None:
+    service = await start_service(store_check_ms=CHECK_MS)
+    await _wait_health(service, SERVING)
+    names = ("", "regroup.v1.GroupCoordinator", "regroup.v1.GroupAdmin")
+
+    await asyncio.to_thread(stoppable_postgres.stop_immediately)
+    await _wait_health(service, NOT_SERVING)  # nothing wrote: the ping alone found it
+    assert [await _health(service, name) for name in names] == [NOT_SERVING] * 3
+    assert await _health(service, "process") == SERVING
+
+    await _restart(stoppable_postgres, service)
+    assert [await _health(service, name) for name in (*names, "process")] == [SERVING] * 4
+
+
+async def test_while_the_store_is_known_down_writes_are_refused_at_once_and_sessions_renewed(
+    start_service: ServiceFactory, stoppable_postgres: StoppablePostgres
+) -> None:
+    """A store away behind a silent network would hang every attempt; once the watch
+    knows it is down, nothing is tried: the refusal is immediate, nothing is in doubt,
+    and a member whose heartbeat needed a write still has its session renewed."""
+    clock = ManualClock()
+    service = await start_service(clock=clock, store_check_ms=CHECK_MS, run_timers=False)
+    a, b = await _fleet(service, 2)
+    commits = service.coordinator.store.commits
+
+    await asyncio.to_thread(stoppable_postgres.stop_immediately)
+    await _wait_health(service, NOT_SERVING)
+    assert service.coordinator.store_down
+    # A changed field makes the heartbeat a write (the member's metadata).
+    refused = await a.heartbeat(rebalance_timeout_ms=a.rebalance_timeout_ms + 1)
+    assert refused.error_code == common_pb2.COORDINATOR_NOT_AVAILABLE
+    assert "unreachable" in refused.error_message
+    assert refused.session_renewed and refused.member_epoch == a.epoch
+    assert service.coordinator.store.commits == commits
+
+    await _restart(stoppable_postgres, service)
+    assert not service.coordinator.store_down
+    assert (await a.heartbeat(rebalance_timeout_ms=a.rebalance_timeout_ms + 1)).error_code == common_pb2.NONE
+    assert (await b.heartbeat()).error_code == common_pb2.NONE

@@ -56,6 +56,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.config.shutdownGraceSeconds | quote }}
 - name: REGROUP_ACCEPT_DEPTH
   value: {{ int .Values.config.acceptDepth | quote }}
+- name: REGROUP_STORE_CHECK_MS
+  value: {{ int64 .Values.config.storeCheckMs | quote }}
+- name: REGROUP_STORE_TIMEOUT_MS
+  value: {{ int64 .Values.config.storeTimeoutMs | quote }}
 - name: REGROUP_LOG_LEVEL
   value: {{ .Values.config.logLevel | quote }}
 {{- end -}}

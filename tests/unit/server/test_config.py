@@ -67,6 +67,8 @@ def test_flags_win_over_the_environment() -> None:
         ({"REGROUP_ASSIGNORS": " , "}, "must name at least one assignor"),
         ({"REGROUP_MAX_GROUP_SIZE": "-1"}, "REGROUP_MAX_GROUP_SIZE must be at least 1"),
         ({"REGROUP_ACCEPT_DEPTH": "0"}, "REGROUP_ACCEPT_DEPTH must be at least 1"),
+        ({"REGROUP_STORE_CHECK_MS": "5"}, "REGROUP_STORE_CHECK_MS must be at least 10"),
+        ({"REGROUP_STORE_TIMEOUT_MS": "1.5"}, "REGROUP_STORE_TIMEOUT_MS must be an integer"),
         ({"REGROUP_LISTEN": "50051"}, "REGROUP_LISTEN must be host:port"),
     ],
 )

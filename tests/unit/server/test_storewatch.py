@@ -1,0 +1,68 @@
+"""StoreWatch without a database: a ping that a test makes fail, hang or answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+from regroup.server.store import StoreUnavailable
+from regroup.server.storewatch import StoreWatch
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.up = True
+        self.hang = False
+        self.pings = 0
+
+    async def ping(self) -> None:
+        self.pings += 1
+        if self.hang:
+            await asyncio.sleep(3600)
+        if not self.up:
+            raise StoreUnavailable("connection refused")
+
+
+async def test_reports_each_change_once() -> None:
+    store, changes = FakeStore(), []
+
+    async def changed(available: bool) -> None:
+        changes.append(available)
+
+    watch = StoreWatch(store.ping, changed, interval_s=1.0)
+    assert await watch.check() and changes == []
+    store.up = False
+    assert not await watch.check()
+    assert not await watch.check()
+    store.up = True
+    assert await watch.check()
+    assert changes == [False, True] and watch.available
+
+
+async def test_a_ping_slower_than_the_interval_is_a_failure() -> None:
+    store, changes = FakeStore(), []
+
+    async def changed(available: bool) -> None:
+        changes.append(available)
+
+    watch = StoreWatch(store.ping, changed, interval_s=0.01)
+    store.hang = True
+    assert not await watch.check()
+    assert changes == [False]
+
+
+async def test_a_reported_failure_is_checked_at_once() -> None:
+    store = FakeStore()
+    seen = asyncio.Event()
+
+    async def changed(available: bool) -> None:
+        seen.set()
+
+    watch = StoreWatch(store.ping, changed, interval_s=3600)  # no tick during the test
+    watch.start()
+    try:
+        store.up = False
+        watch.report_failure()
+        await asyncio.wait_for(seen.wait(), 5)
+        assert not watch.available and store.pings == 1
+    finally:
+        await watch.stop()
