@@ -25,32 +25,35 @@ from .records import GroupTombstone, MemberMetadataTombstone, Record
 @dataclass(frozen=True, slots=True)
 class WriteInDoubt:
     """A write that failed without telling whether it committed: the members it
-    removes (every member, when it deletes the group) may be gone from the store."""
+    removes may be gone from the store; every member, when it deletes the group
+    (or when the store is known to hold what memory does not)."""
 
     removed: frozenset[str] = frozenset()
-    deletes_group: bool = False
+    removes_everyone: bool = False
 
     @classmethod
     def of(cls, records: Iterable[Record]) -> WriteInDoubt:
         removed: set[str] = set()
-        deletes_group = False
+        removes_everyone = False
         for record in records:
             if isinstance(record, MemberMetadataTombstone):
                 removed.add(record.member_id)
             elif isinstance(record, GroupTombstone):
-                deletes_group = True
-        return cls(frozenset(removed), deletes_group)
+                removes_everyone = True
+        return cls(frozenset(removed), removes_everyone)
 
     def may_have_removed(self, member_id: str) -> bool:
-        return self.deletes_group or member_id in self.removed
+        return self.removes_everyone or member_id in self.removed
 
     def plus(self, other: WriteInDoubt) -> WriteInDoubt:
         """Both writes in doubt (a group that failed again before it could be reloaded)."""
-        return WriteInDoubt(self.removed | other.removed, self.deletes_group or other.deletes_group)
+        return WriteInDoubt(self.removed | other.removed, self.removes_everyone or other.removes_everyone)
 
 
 #: Nothing in doubt: a write that removes nobody, or no write at all.
 NOTHING_IN_DOUBT = WriteInDoubt()
+#: Memory and the store are known to differ in ways memory cannot tell.
+EVERYONE_IN_DOUBT = WriteInDoubt(removes_everyone=True)
 
 
 def renewed_session(

@@ -51,10 +51,12 @@ from regroup.reconciler.errors import (
     CoordinatorNotAvailable,
     GroupIdNotFound,
     NotCoordinator,
+    TopicAlreadyExists,
+    UnknownServerError,
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
-from regroup.reconciler.liveness import NOTHING_IN_DOUBT, WriteInDoubt, renewed_session
+from regroup.reconciler.liveness import EVERYONE_IN_DOUBT, NOTHING_IN_DOUBT, WriteInDoubt, renewed_session
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
 from regroup.reconciler.offsets import (
@@ -86,7 +88,7 @@ from regroup.reconciler.validation import validate_id
 
 from .assigner import Assigner
 from .clock import Clock
-from .store import NotOwner, PostgresStore, PreparedWrite, StoreUnavailable, prepare_write
+from .store import NotOwner, PostgresStore, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
 from .timers import TimerKey, TimerQueue
 
 T = TypeVar("T")
@@ -350,6 +352,8 @@ class Coordinator:
             await self.store.append(group_id, write or records)
         except (StoreUnavailable, NotOwner) as e:
             raise self._write_failed(group_id, e, WriteInDoubt.of(records)) from e
+        except StoreConflict as e:
+            raise self._write_conflicted(group_id, e) from e
 
     @contextlib.asynccontextmanager
     async def _storing(self, group_id: str) -> AsyncIterator[None]:
@@ -359,6 +363,17 @@ class Coordinator:
             yield
         except (StoreUnavailable, NotOwner) as e:
             raise self._write_failed(group_id, e) from e
+        except StoreConflict as e:
+            raise self._write_conflicted(group_id, e) from e
+
+    def _write_conflicted(self, group_id: str, e: StoreConflict) -> ApiError:
+        """Postgres refused a group's write for a constraint: the store holds what this
+        process did not write (another writer), so memory cannot vouch for any member
+        (no session is renewed from it). The group is reloaded before its next use, and
+        the retry the answer asks for runs against what the store holds."""
+        self._mark_stale(group_id, EVERYONE_IN_DOUBT)
+        self.log.warning("group_write_conflict", group_id=group_id, constraint=e.constraint, error=str(e))
+        return CoordinatorNotAvailable(f"The write conflicted with the store ({e}); the group was reloaded.")
 
     def _write_failed(
         self, group_id: str, e: StoreUnavailable | NotOwner, in_doubt: WriteInDoubt = NOTHING_IN_DOUBT
@@ -722,6 +737,8 @@ class Coordinator:
                         await self.store.delete_topic(topic.topic_id)
                     except StoreUnavailable as e:
                         raise _store_error(e) from e
+                    except StoreConflict as e:
+                        raise UnknownServerError(f"The store refused to delete the topic: {e}") from e
                     self.image = self.image.without_topic(topic.topic_id)
                     self.log.info("topic_deleted", topic=topic.name, topic_id=topic.topic_id)
                     outcomes.append(TopicOutcome(topic.name, topic))
@@ -746,6 +763,8 @@ class Coordinator:
     async def _put_topic(self, topic: Topic) -> None:
         try:
             await self.store.put_topic(topic)
+        except StoreConflict as e:
+            raise await self._topic_conflict(topic, e) from e
         except StoreUnavailable as e:
             raise _store_error(e) from e
         created = topic.topic_id not in self.image.by_id
@@ -756,6 +775,25 @@ class Coordinator:
             topic_id=topic.topic_id,
             partitions=topic.num_partitions,
         )
+
+    async def _topic_conflict(self, topic: Topic, e: StoreConflict) -> ApiError:
+        """Another writer stored a topic this process did not know (the same name):
+        learn the registry again, and what that changes for the groups, then answer
+        the real reason instead of a retriable one that would be retried forever."""
+        self.log.warning("topic_write_conflict", topic=topic.name, constraint=e.constraint, error=str(e))
+        try:
+            topics = await self.store.load_topics()
+        except (StoreUnavailable, StoreConflict) as load_error:
+            return CoordinatorNotAvailable(f"The store is unavailable: {load_error}")
+        old = self.image
+        self.image = TopicsImage(topics, version=old.version + 1)
+        changed = {t.name for t in topics if old.by_name.get(t.name) != t}
+        changed.update(name for name in old.by_name if name not in self.image.by_name)
+        if changed:
+            await self.refresh_groups(changed)
+        if e.constraint == "topics_name_key":
+            return TopicAlreadyExists(f"Topic '{topic.name}' already exists.")
+        return UnknownServerError(f"The store refused topic '{topic.name}': {e}")
 
     async def _after_topic_change(self, outcomes: Sequence[TopicOutcome]) -> None:
         changed = [o.topic.name for o in outcomes if o.error is None and o.topic is not None]

@@ -47,6 +47,26 @@ class NotOwner(Exception):
     """Another replica owns the group now; this one must stop serving it."""
 
 
+class StoreConflict(Exception):
+    """Postgres refused the write for a constraint (another writer got there first).
+
+    Unlike StoreUnavailable, nothing is in doubt (the transaction rolled back) and
+    retrying the same write fails the same way: the caller answers the real reason.
+    """
+
+    def __init__(self, constraint: str, message: str) -> None:
+        super().__init__(message)
+        #: The violated constraint's name, e.g. "topics_name_key".
+        self.constraint = constraint
+
+
+def _database_error(e: BaseException) -> StoreUnavailable | StoreConflict:
+    """The one mapping of a failed call to Postgres."""
+    if isinstance(e, asyncpg.IntegrityConstraintViolationError):
+        return StoreConflict(e.constraint_name or "", f"{type(e).__name__}: {e}")
+    return StoreUnavailable(f"{type(e).__name__}: {e}")
+
+
 def encode_assignment(assignment: Assignment) -> str:
     if not assignment:  # most pending revocations: skips building an encoder
         return "{}"
@@ -445,10 +465,10 @@ class PostgresStore:
         try:
             async with self._pool.acquire() as conn, conn.transaction():
                 yield conn
-        except (NotOwner, StoreUnavailable):
+        except (NotOwner, StoreUnavailable, StoreConflict):
             raise
         except DATABASE_ERRORS as e:
-            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
+            raise _database_error(e) from e
         self.commits += 1
 
     # -- ownership -----------------------------------------------------------
@@ -484,7 +504,7 @@ class PostgresStore:
                     raise
                 await self._give_back_held(conn)
         except DATABASE_ERRORS as e:
-            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
+            raise _database_error(e) from e
         if status.endswith(" 0"):
             owner = await self.group_owner(group_id)
             raise NotOwner(f"Group {group_id} is owned by {owner[0] if owner else 'nobody'}.")
@@ -546,7 +566,7 @@ class PostgresStore:
             async with self._pool.acquire() as conn:
                 groups = await self._load(conn, group_id)
         except DATABASE_ERRORS as e:
-            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
+            raise _database_error(e) from e
         return groups.get(group_id)
 
     async def group_owner(self, group_id: str) -> tuple[str, int] | None:
@@ -555,7 +575,7 @@ class PostgresStore:
                 "SELECT owner, owner_epoch FROM groups WHERE group_id = $1", group_id
             )
         except DATABASE_ERRORS as e:
-            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
+            raise _database_error(e) from e
         return None if row is None else (row["owner"], row["owner_epoch"])
 
     async def ping(self) -> None:
@@ -563,7 +583,7 @@ class PostgresStore:
         try:
             await self._pool.fetchval("SELECT 1")
         except DATABASE_ERRORS as e:
-            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
+            raise _database_error(e) from e
 
     async def _load(self, conn: Conn, group_id: str | None) -> dict[str, Group]:
         where, args = ("WHERE group_id = $1", [group_id]) if group_id is not None else ("", [])
@@ -626,8 +646,10 @@ class PostgresStore:
     # -- topics ----------------------------------------------------------------
 
     async def load_topics(self) -> list[Topic]:
-        async with self._pool.acquire() as conn:
-            rows = await conn.fetch("SELECT * FROM topics ORDER BY name")
+        try:
+            rows = await self._pool.fetch("SELECT * FROM topics ORDER BY name")
+        except DATABASE_ERRORS as e:
+            raise _database_error(e) from e
         return [
             Topic(str(r["topic_id"]), r["name"], r["num_partitions"], tuple(r["partition_racks"]))
             for r in rows

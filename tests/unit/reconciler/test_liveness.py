@@ -68,7 +68,7 @@ def test_a_write_in_doubt_that_deletes_the_group_may_have_removed_everyone() -> 
     h.heartbeat(join("g", "a", ["orders"]))
     h.heartbeat(beat("g", "a", -1))
     in_doubt = WriteInDoubt.of(delete_group(h.groups["g"]).records)
-    assert in_doubt.deletes_group and in_doubt.may_have_removed("anyone")
+    assert in_doubt.removes_everyone and in_doubt.may_have_removed("anyone")
 
 
 def test_writes_in_doubt_add_up() -> None:
@@ -77,4 +77,4 @@ def test_writes_in_doubt_add_up() -> None:
     step = CurrentAssignmentRecord.of(h.groups["g"].members["b"])
     second = WriteInDoubt.of([step])  # removes nobody
     both = first.plus(second).plus(WriteInDoubt.of([MemberMetadataTombstone("c")]))
-    assert both.removed == {"a", "c"} and not both.deletes_group
+    assert both.removed == {"a", "c"} and not both.removes_everyone
