@@ -88,7 +88,7 @@ from regroup.reconciler.validation import validate_id
 
 from .assigner import Assigner
 from .clock import Clock
-from .store import NotOwner, PostgresStore, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
+from .store import GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
 from .timers import TimerKey, TimerQueue
 
 T = TypeVar("T")
@@ -155,7 +155,7 @@ class TopicOutcome:
 
 class Coordinator:
     def __init__(
-        self, store: PostgresStore, config: GroupConfig, clock: Clock, *, run_timers: bool = True
+        self, store: GroupStore, config: GroupConfig, clock: Clock, *, run_timers: bool = True
     ) -> None:
         self.store = store
         self.config = config

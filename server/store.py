@@ -7,15 +7,17 @@ coalesced per row first, so a transaction writes each row at most once.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import asyncpg
+import structlog
 
 from regroup.reconciler import Group, Record, Topic, replay_all
 from regroup.reconciler.model import Assignment, ClientAssignor, MemberState
@@ -34,6 +36,8 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberTombstone,
 )
 from regroup.reconciler.subscription import canonical_names
+
+log = structlog.get_logger("regroup")
 
 #: A connection taken from the pool.
 Conn: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
@@ -65,6 +69,29 @@ def _database_error(e: BaseException) -> StoreUnavailable | StoreConflict:
     if isinstance(e, asyncpg.IntegrityConstraintViolationError):
         return StoreConflict(e.constraint_name or "", f"{type(e).__name__}: {e}")
     return StoreUnavailable(f"{type(e).__name__}: {e}")
+
+
+class GroupStore(Protocol):
+    """What the coordinator runtime needs from a store: `PostgresStore`, and
+    `memstore.MemoryStore` for tests of the runtime without a database.
+
+    Writes raise StoreUnavailable (retriable; a commit may or may not have
+    happened), StoreConflict (refused for a constraint; nothing committed) or
+    NotOwner (another replica owns the group)."""
+
+    replica_id: str
+    owner_epoch: int
+
+    async def claim_ownership(self) -> int: ...
+    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None: ...
+    async def load_groups(self) -> dict[str, Group]: ...
+    async def load_group(self, group_id: str) -> Group | None: ...
+    async def group_owner(self, group_id: str) -> tuple[str, int] | None: ...
+    async def load_topics(self) -> list[Topic]: ...
+    async def put_topic(self, topic: Topic) -> None: ...
+    async def delete_topic(self, topic_id: str) -> None: ...
+    async def load_connectors(self) -> dict[str, dict[str, int]]: ...
+    async def put_connectors(self, group_id: str, connectors: dict[str, int]) -> None: ...
 
 
 def encode_assignment(assignment: Assignment) -> str:
@@ -399,6 +426,8 @@ class PostgresStore:
         self._held_count = 0
         self._held_limit = max(0, min(HELD_CONNECTIONS, pool.get_max_size() - 1))
         self._closing = False
+        #: How long `close` waits for connections in use before it terminates them.
+        self.close_timeout_s = 10.0
 
     @classmethod
     async def connect(
@@ -417,7 +446,9 @@ class PostgresStore:
             )
         except (OSError, asyncpg.PostgresError) as e:
             raise StoreUnavailable(f"Cannot connect to Postgres: {e}") from e
-        return cls(pool, replica_id)
+        store = cls(pool, replica_id)
+        store.close_timeout_s = timeout_s
+        return store
 
     async def close(self) -> None:
         # The pool's close waits for every connection to come back: a write still
@@ -425,7 +456,12 @@ class PostgresStore:
         self._closing = True
         while self._held:
             await self._unhold(self._held.pop())
-        await self._pool.close()
+        try:
+            await asyncio.wait_for(self._pool.close(), self.close_timeout_s)
+        except TimeoutError:
+            # A connection stuck in a call the database never answers must not keep the
+            # service from stopping; asyncpg's close terminates the pool when cancelled.
+            log.warning("store_close_timed_out", timeout_s=self.close_timeout_s)
 
     async def _take_held(self) -> Conn | None:
         """A connection for the step write, kept out of the pool between writes:
@@ -438,8 +474,10 @@ class PostgresStore:
             with contextlib.suppress(asyncpg.InterfaceError):  # a proxy asyncpg detached
                 if not conn.is_closed():
                     return conn
-            # Its server closed it while it sat here (asyncpg then gives it back to the pool).
-            self._held_count -= 1
+            # Its server closed it while it sat here. Released all the same: asyncpg says a
+            # protocol abort may close a connection without giving it back, and the pool's
+            # close would wait for it forever.
+            await self._unhold(conn)
         if self._held_count >= self._held_limit:
             return None
         self._held_count += 1
@@ -699,3 +737,7 @@ class PostgresStore:
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         async with self._pool.acquire() as conn:
             return list(await conn.fetch(sql, *args))
+
+
+def _conforms(store: PostgresStore) -> GroupStore:
+    return store  # mypy checks that PostgresStore keeps the runtime's contract

@@ -9,13 +9,17 @@ group epoch but the changes that were really made.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from regroup.client import GroupMember, MemberOptions, RegroupError
+from regroup.reconciler.model import MemberState
+from regroup.reconciler.records import CurrentAssignmentRecord, GroupMetadataRecord, MemberMetadataRecord
 from regroup.server.clock import ManualClock
+from regroup.server.store import PostgresStore, StoreUnavailable
 from regroup.v1 import common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
@@ -48,6 +52,13 @@ async def database(stoppable_postgres: StoppablePostgres) -> AsyncIterator[str]:
     yield await stoppable_postgres.migrated_database()
     # A failed test must not leave the next one without a database.
     await asyncio.to_thread(stoppable_postgres.restart)
+
+
+MEMBER = MemberMetadataRecord("m", None, None, "", "", ("t",), None, None, 1000)
+
+
+def _step(epoch: int) -> CurrentAssignmentRecord:
+    return CurrentAssignmentRecord("m", MemberState.STABLE, epoch, epoch - 1, {"t": frozenset({0})}, {})
 
 
 async def _health(service: Service, name: str = "") -> int:
@@ -197,7 +208,9 @@ async def test_a_member_the_failed_write_may_have_removed_is_not_renewed(
         clock=clock,
         session_timeout_ms=SESSION_MS,
         heartbeat_interval_ms=INTERVAL_MS,
-        store_check_ms=CHECK_MS,
+        # No ping of its own: a watch that saw the outage first would refuse the fencing
+        # without trying it, and then nothing would be in doubt.
+        store_check_ms=3_600_000,
         run_timers=False,
     )
     alive, silent = await _fleet(service, 2)
@@ -308,3 +321,29 @@ async def test_while_the_store_is_known_down_writes_are_refused_at_once_and_sess
     assert not service.coordinator.store_down
     assert (await a.heartbeat(rebalance_timeout_ms=a.rebalance_timeout_ms + 1)).error_code == common_pb2.NONE
     assert (await b.heartbeat()).error_code == common_pb2.NONE
+
+
+async def test_the_store_closes_after_an_outage_killed_its_connections(
+    database: str, stoppable_postgres: StoppablePostgres
+) -> None:
+    """Connections the server closed while the store held them for step writes go back
+    to the pool, which would otherwise wait for them forever when the service stops."""
+    store = await PostgresStore.connect(database, "r1", timeout_s=2)
+    try:
+        await store.claim_ownership()
+        for g in ("g0", "g1", "g2"):
+            await store.append(g, [GroupMetadataRecord(1, 0, "consumer"), MEMBER, _step(1)])
+        await asyncio.gather(*(store.append(g, [_step(2)]) for g in ("g0", "g1", "g2")))
+        assert store._held
+
+        await asyncio.to_thread(stoppable_postgres.stop_immediately)
+        with pytest.raises(StoreUnavailable):
+            await store.append("g0", [_step(3)])
+        await asyncio.to_thread(stoppable_postgres.restart)
+        for epoch in range(3, 8):
+            with contextlib.suppress(StoreUnavailable):
+                await store.append("g0", [_step(epoch)])
+                break
+        await store.append("g1", [_step(3)])
+    finally:
+        await asyncio.wait_for(store.close(), 10)

@@ -520,7 +520,11 @@ class GroupMember:
             )
             self._lose_everything()
             return delay
-        return min(delay, expires_in)
+        # Halfway to the expiry at the latest: a retry sent at the expiry itself would have
+        # no time left to be answered (its deadline is the expiry), and an answer that
+        # renews the session (even COORDINATOR_NOT_AVAILABLE, see _note_renewed_session)
+        # would come too late to keep the partitions.
+        return min(delay, expires_in / 2)
 
     def _session_expiry(self) -> float:
         margin = min(self._options.session_safety_margin_ms, self._session_timeout_ms // 2)
