@@ -298,18 +298,38 @@ class DescribeTopicsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMES_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """The most results to return in one response. The server may return fewer,
+    and does when they would not fit in one message (the server's
+    max_message_bytes, and never more than 4 MiB, gRPC's default receive
+    limit); follow next_page_token to get the rest. 0 means 1000 when
+    listing every topic, and every named topic that fits in one message when
+    names are given. Values above 10000 are treated as 10000; a negative
+    value answers INVALID_REQUEST.
+    """
+    page_token: _builtins.str
+    """The next_page_token of the previous response, to get the next page; empty
+    for the first page. Opaque: pass it back unchanged. It is only valid with
+    the same names as the call that returned it (INVALID_REQUEST otherwise),
+    and does not expire. Topics created or deleted while paging neither
+    repeat nor hide the others.
+    """
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Topic names to describe; all topics when empty."""
+        """Topic names to describe; all topics, in name order, when empty."""
 
     def __init__(
         self,
         *,
         names: _abc.Iterable[_builtins.str] | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -357,16 +377,34 @@ class DescribeTopicsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """The page_token for the next page; empty on the last page."""
+    error_code: _common_pb2.ErrorCode.ValueType
+    """INVALID_REQUEST for a negative page_size or a page_token that is not one
+    of this listing's (then there are no results).
+    """
+    error_message: _builtins.str
     @_builtins.property
-    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicDescription]: ...
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicDescription]:
+        """One result per named topic, in request order, or every topic in name
+        order. A topic whose description alone does not fit in one message has
+        error_code MESSAGE_TOO_LARGE and no partition_racks.
+        """
+
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___TopicDescription] | None = ...,
+        next_page_token: _builtins.str = ...,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "next_page_token", b"next_page_token", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -378,6 +416,22 @@ class ListGroupsRequest(_message.Message):
 
     STATES_FILTER_FIELD_NUMBER: _builtins.int
     TYPES_FILTER_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """The most groups to return in one response; 0 means 1000, and values above
+    10000 are treated as 10000. The server may return fewer, and does when
+    they would not fit in one message (the server's max_message_bytes, and
+    never more than 4 MiB, gRPC's default receive limit); follow
+    next_page_token to get the rest. A negative value answers INVALID_REQUEST.
+    """
+    page_token: _builtins.str
+    """The next_page_token of the previous response, to get the next page; empty
+    for the first page. Opaque: pass it back unchanged. It is only valid with
+    the same states_filter and types_filter as the call that returned it
+    (INVALID_REQUEST otherwise), and does not expire. Groups created or
+    deleted while paging neither repeat nor hide the others.
+    """
     @_builtins.property
     def states_filter(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Group states to keep ("Empty", "Assigning", "Reconciling", "Stable"),
@@ -393,10 +447,12 @@ class ListGroupsRequest(_message.Message):
         *,
         states_filter: _abc.Iterable[_builtins.str] | None = ...,
         types_filter: _abc.Iterable[_builtins.str] | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["states_filter", b"states_filter", "types_filter", b"types_filter"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "states_filter", b"states_filter", "types_filter", b"types_filter"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -442,20 +498,29 @@ class ListGroupsResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     GROUPS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
+    """INVALID_REQUEST for a negative page_size or a page_token that is not one
+    of this listing's (then there are no groups).
+    """
     error_message: _builtins.str
+    next_page_token: _builtins.str
+    """The page_token for the next page; empty on the last page."""
     @_builtins.property
-    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListGroupsResponse.Group]: ...
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListGroupsResponse.Group]:
+        """The groups in group id order."""
+
     def __init__(
         self,
         *,
         error_code: _common_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
         groups: _abc.Iterable[Global___ListGroupsResponse.Group] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "groups", b"groups"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "groups", b"groups", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

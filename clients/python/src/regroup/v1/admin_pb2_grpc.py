@@ -111,14 +111,17 @@ class GroupAdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DescribeTopics(self, request, context):
-        """Describes the named topics, or every topic when none is named.
+        """Describes the named topics, or every topic when none is named, one page
+        at a time (page_size, page_token and next_page_token, as in Google's
+        AIP-158).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListGroups(self, request, context):
-        """Lists groups, optionally filtered by state and type.
+        """Lists groups, optionally filtered by state and type, one page at a time
+        in group id order (AIP-158 paging).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

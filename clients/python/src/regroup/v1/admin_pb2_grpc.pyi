@@ -45,9 +45,14 @@ class GroupAdminStub:
     DeleteTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicsRequest, _admin_pb2.DeleteTopicsResponse]
     """Deletes topics. Subscribed groups are rebalanced without them."""
     DescribeTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeTopicsRequest, _admin_pb2.DescribeTopicsResponse]
-    """Describes the named topics, or every topic when none is named."""
+    """Describes the named topics, or every topic when none is named, one page
+    at a time (page_size, page_token and next_page_token, as in Google's
+    AIP-158).
+    """
     ListGroups: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListGroupsRequest, _admin_pb2.ListGroupsResponse]
-    """Lists groups, optionally filtered by state and type."""
+    """Lists groups, optionally filtered by state and type, one page at a time
+    in group id order (AIP-158 paging).
+    """
     DescribeGroups: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeGroupsRequest, _admin_pb2.DescribeGroupsResponse]
     """Describes groups: epochs, assignor and every member's state and assignment."""
     DeleteGroups: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupsRequest, _admin_pb2.DeleteGroupsResponse]
@@ -75,9 +80,14 @@ class GroupAdminAsyncStub(GroupAdminStub):
     DeleteTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicsRequest, _admin_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
     """Deletes topics. Subscribed groups are rebalanced without them."""
     DescribeTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeTopicsRequest, _admin_pb2.DescribeTopicsResponse]  # type: ignore[assignment]
-    """Describes the named topics, or every topic when none is named."""
+    """Describes the named topics, or every topic when none is named, one page
+    at a time (page_size, page_token and next_page_token, as in Google's
+    AIP-158).
+    """
     ListGroups: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListGroupsRequest, _admin_pb2.ListGroupsResponse]  # type: ignore[assignment]
-    """Lists groups, optionally filtered by state and type."""
+    """Lists groups, optionally filtered by state and type, one page at a time
+    in group id order (AIP-158 paging).
+    """
     DescribeGroups: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeGroupsRequest, _admin_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
     """Describes groups: epochs, assignor and every member's state and assignment."""
     DeleteGroups: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupsRequest, _admin_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
@@ -126,7 +136,10 @@ class GroupAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DescribeTopicsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DescribeTopicsResponse, _abc.Awaitable[_admin_pb2.DescribeTopicsResponse]]:
-        """Describes the named topics, or every topic when none is named."""
+        """Describes the named topics, or every topic when none is named, one page
+        at a time (page_size, page_token and next_page_token, as in Google's
+        AIP-158).
+        """
 
     @_abc_1.abstractmethod
     def ListGroups(
@@ -134,7 +147,9 @@ class GroupAdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListGroupsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListGroupsResponse, _abc.Awaitable[_admin_pb2.ListGroupsResponse]]:
-        """Lists groups, optionally filtered by state and type."""
+        """Lists groups, optionally filtered by state and type, one page at a time
+        in group id order (AIP-158 paging).
+        """
 
     @_abc_1.abstractmethod
     def DescribeGroups(

@@ -86,6 +86,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The member does not own this partition at its current epoch: only the
     current owner may commit its offset (a former owner is a zombie).
     """
+    MESSAGE_TOO_LARGE: _ErrorCode.ValueType  # 10
+    """One result is larger than a response may be (the server's
+    max_message_bytes): it is answered without its largest part, which the
+    message names.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Error codes returned in the `error_code` field of every response.
@@ -157,6 +162,11 @@ OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 12
 PARTITION_NOT_OWNED: ErrorCode.ValueType  # 1002
 """The member does not own this partition at its current epoch: only the
 current owner may commit its offset (a former owner is a zombie).
+"""
+MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
+"""One result is larger than a response may be (the server's
+max_message_bytes): it is answered without its largest part, which the
+message names.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
