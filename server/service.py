@@ -14,17 +14,20 @@ import grpc
 import structlog
 
 from regroup.reconciler import ApiError, ErrorCode, Topic, TopicsImage
-from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound
+from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidRequest
 from regroup.reconciler.messages import PrepareAssignment
 from regroup.reconciler.offsets import OffsetToCommit
 from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
 from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
-from . import mapping
+from . import mapping, paging
 from .runtime import Coordinator, TopicOutcome
 
 log = structlog.get_logger("regroup")
+
+TopicDescription = admin_pb2.TopicDescription
+GroupListing = admin_pb2.ListGroupsResponse.Group
 
 #: Longest identifier echoed back in an error result.
 MAX_ECHO = 256
@@ -215,8 +218,12 @@ def _heartbeat_error_fields(e: ApiError, member_id: str) -> dict[str, Any]:
 
 
 class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(
+        self, coordinator: Coordinator, *, max_message_bytes: int = paging.GRPC_DEFAULT_MAX_MESSAGE_BYTES
+    ) -> None:
         self._coordinator = coordinator
+        # Listings page before their response would pass the server's message limit.
+        self._page_bytes = paging.byte_budget(max_message_bytes)
 
     @internal_errors
     async def CreateTopics(
@@ -256,34 +263,42 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
     async def DescribeTopics(
         self, request: admin_pb2.DescribeTopicsRequest, context: Ctx
     ) -> admin_pb2.DescribeTopicsResponse:
+        try:
+            page = self._describe_topics(request)
+        except ApiError as e:
+            return admin_pb2.DescribeTopicsResponse(**_error_fields(e))
+        return admin_pb2.DescribeTopicsResponse(topics=page.entries, next_page_token=page.next_page_token)
+
+    def _describe_topics(self, request: admin_pb2.DescribeTopicsRequest) -> paging.Page[TopicDescription]:
+        """Every topic in name order, or the named ones in request order: both page
+        by key (a name, or a position in `names`) and by bytes. Named topics are not
+        bounded by count unless asked: the request already holds every name, and
+        callers from before paging expect one result per name."""
         image = self._coordinator.image
-        names = list(request.names) or sorted(image.by_name)
-        out = []
-        for name in names:
-            topic = image.by_name.get(name)
-            if topic is None and len(name) > MAX_TOPIC_NAME_LENGTH:
-                out.append(
-                    admin_pb2.TopicDescription(
-                        name=_echo(name),
-                        error_code=mapping.error_code_pb(ErrorCode.INVALID_TOPIC_EXCEPTION),
-                        error_message=f"Topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters.",
-                    )
-                )
-            elif topic is None:
-                out.append(
-                    admin_pb2.TopicDescription(
-                        name=_echo(name),
-                        error_code=mapping.error_code_pb(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                        error_message=f"Topic '{name}' does not exist.",
-                    )
-                )
-            else:
-                out.extend(
-                    mapping.topic_description_pb(
-                        [(topic.name, topic.topic_id, topic.num_partitions, topic.partition_racks)]
-                    )
-                )
-        return admin_pb2.DescribeTopicsResponse(topics=out)
+        names = list(request.names)
+        if not names:
+            topics = paging.Cursor("DescribeTopics", [], str, "names")
+            return paging.take_page(
+                paging.sorted_after(image.by_name, topics.after(request.page_token)),
+                lambda name: _describe_topic(image, name),
+                paging.page_size(request.page_size),
+                self._page_bytes,
+                topics.token,
+                _racks_left_out,
+            )
+        named = paging.Cursor("DescribeTopics", names, int, "names")
+        last = named.after(request.page_token)
+        if last is not None and not 0 <= last < len(names) - 1:
+            raise InvalidRequest(f"page_token points past the {len(names)} names asked for.")
+        start = 0 if last is None else last + 1
+        return paging.take_page(
+            range(start, len(names)),
+            lambda i: _describe_topic(image, names[i]),
+            paging.page_size(request.page_size, default=len(names)),
+            self._page_bytes,
+            named.token,
+            _racks_left_out,
+        )
 
     @internal_errors
     async def ListGroups(
@@ -291,22 +306,39 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
     ) -> admin_pb2.ListGroupsResponse:
         states = {s.lower() for s in request.states_filter}
         types = {t.lower() for t in request.types_filter}
-        groups = []
-        for group_id, group in sorted(self._coordinator.groups.items()):
+        groups = self._coordinator.groups
+
+        def listing(group_id: str) -> GroupListing | None:
+            group = groups[group_id]
+            if types and group.group_type.lower() not in types:
+                return None
             state = group.state().value
-            if (states and state.lower() not in states) or (types and group.group_type.lower() not in types):
-                continue
-            groups.append(
-                admin_pb2.ListGroupsResponse.Group(
-                    group_id=group_id,
-                    group_state=state,
-                    group_type=group.group_type,
-                    group_epoch=group.group_epoch,
-                    assignment_epoch=group.assignment_epoch,
-                    members=len(group.members),
-                )
+            if states and state.lower() not in states:
+                return None
+            return GroupListing(
+                group_id=group_id,
+                group_state=state,
+                group_type=group.group_type,
+                group_epoch=group.group_epoch,
+                assignment_epoch=group.assignment_epoch,
+                members=len(group.members),
             )
-        return admin_pb2.ListGroupsResponse(groups=groups)
+
+        cursor = paging.Cursor(
+            "ListGroups", [sorted(states), sorted(types)], str, "states_filter or types_filter"
+        )
+        try:
+            # Nothing here awaits, so the groups cannot change while the page is taken.
+            page = paging.take_page(
+                paging.sorted_after(groups, cursor.after(request.page_token)),
+                listing,
+                paging.page_size(request.page_size),
+                self._page_bytes,
+                cursor.token,
+            )
+        except ApiError as e:
+            return admin_pb2.ListGroupsResponse(**_error_fields(e))
+        return admin_pb2.ListGroupsResponse(groups=page.entries, next_page_token=page.next_page_token)
 
     @internal_errors
     async def DescribeGroups(
@@ -368,6 +400,42 @@ def _group_error(group_id: str) -> ApiError:
 def _echo(value: str) -> str:
     """An identifier echoed back in a result; an absurdly long one is cut, not mirrored."""
     return value if len(value) <= MAX_ECHO else value[:MAX_ECHO] + "..."
+
+
+def _describe_topic(image: TopicsImage, name: str) -> TopicDescription:
+    topic = image.by_name.get(name)
+    if topic is None and len(name) > MAX_TOPIC_NAME_LENGTH:
+        return TopicDescription(
+            name=_echo(name),
+            error_code=mapping.error_code_pb(ErrorCode.INVALID_TOPIC_EXCEPTION),
+            error_message=f"Topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters.",
+        )
+    if topic is None:
+        return TopicDescription(
+            name=_echo(name),
+            error_code=mapping.error_code_pb(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            error_message=f"Topic '{name}' does not exist.",
+        )
+    (described,) = mapping.topic_description_pb(
+        [(topic.name, topic.topic_id, topic.num_partitions, topic.partition_racks)]
+    )
+    return described
+
+
+def _racks_left_out(description: TopicDescription, budget: int) -> TopicDescription:
+    """A topic too large for any page: racks accumulate through CreatePartitions
+    (up to 1,000,000 partitions with racks of up to 255 bytes) past what one
+    request, and so one response, may hold. Its other fields still fit."""
+    return TopicDescription(
+        name=description.name,
+        topic_id=description.topic_id,
+        num_partitions=description.num_partitions,
+        error_code=mapping.error_code_pb(ErrorCode.MESSAGE_TOO_LARGE),
+        error_message=(
+            f"partition_racks left out: the description takes {description.ByteSize()} bytes, "
+            f"more than a response may hold ({budget})."
+        ),
+    )
 
 
 def _topic_result(outcome: TopicOutcome) -> dict[str, Any]:
