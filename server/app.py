@@ -94,7 +94,8 @@ class RegroupServer:
         coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
             GroupCoordinatorService(self.coordinator), server
         )
-        admin_pb2_grpc.add_GroupAdminServicer_to_server(GroupAdminService(self.coordinator), server)
+        admin = GroupAdminService(self.coordinator, max_message_bytes=limit)
+        admin_pb2_grpc.add_GroupAdminServicer_to_server(admin, server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
