@@ -1,7 +1,8 @@
 """GroupAdmin: thin typed wrappers over the GroupAdmin service, async and sync.
 
 The plural calls return the per-item results as the service sends them; the
-singular ones raise RegroupError when the item was refused."""
+singular ones raise RegroupError when the item was refused. The listings
+(`list_groups`, `describe_topics`) follow the service's pages and return them all."""
 
 from __future__ import annotations
 
@@ -72,13 +73,18 @@ class _Plans:
     def delete_topic(name: str) -> Plan[str]:
         return "DeleteTopics", admin_pb2.DeleteTopicsRequest(names=[name]), lambda r: _only(r.topics).topic_id
 
-    @staticmethod
-    def describe_topics(names: Iterable[str] = ()) -> Plan[list[TopicDescription]]:
-        return "DescribeTopics", admin_pb2.DescribeTopicsRequest(names=list(names)), lambda r: list(r.topics)
+    # The listings read one page each; `_pages` asks for the next until the last.
 
     @staticmethod
-    def list_groups(states: Iterable[str] = (), types: Iterable[str] = ()) -> Plan[list[GroupListing]]:
-        request = admin_pb2.ListGroupsRequest(states_filter=list(states), types_filter=list(types))
+    def describe_topics(names: Iterable[str], page_size: int) -> Plan[list[TopicDescription]]:
+        request = admin_pb2.DescribeTopicsRequest(names=list(names), page_size=page_size)
+        return "DescribeTopics", request, lambda r: list(_check(r).topics)
+
+    @staticmethod
+    def list_groups(states: Iterable[str], types: Iterable[str], page_size: int) -> Plan[list[GroupListing]]:
+        request = admin_pb2.ListGroupsRequest(
+            states_filter=list(states), types_filter=list(types), page_size=page_size
+        )
         return "ListGroups", request, lambda r: list(_check(r).groups)
 
     @staticmethod
@@ -112,6 +118,18 @@ class _Plans:
             admin_pb2.DeleteGroupsRequest(group_ids=[group_id]),
             lambda r: _only(r.results) and None,
         )
+
+
+def _next_page(request: Any, response: Any) -> bool:
+    """Points `request` at the page after `response`; False after the last one."""
+    token: str = response.next_page_token
+    if not token:
+        return False
+    if token == request.page_token:
+        # A server that hands the same token back would keep us here forever.
+        raise RegroupError(common_pb2.UNKNOWN_SERVER_ERROR, f"The server repeated page token {token!r}.")
+    request.page_token = token
+    return True
 
 
 def _put_connectors(group_id: str, connectors: Mapping[str, int]) -> Plan[int]:
@@ -169,6 +187,15 @@ class GroupAdmin:
         stub = self._stub if hasattr(self._stub, rpc) else self._coordinator
         return read(await getattr(stub, rpc)(request, timeout=self._timeout))
 
+    async def _pages(self, plan: Plan[list[T]]) -> list[T]:
+        rpc, request, read = plan
+        out: list[T] = []
+        while True:
+            response = await getattr(self._stub, rpc)(request, timeout=self._timeout)
+            out += read(response)
+            if not _next_page(request, response):
+                return out
+
     async def create_topics(
         self, topics: Mapping[str, int] | Iterable[admin_pb2.CreatableTopic]
     ) -> list[CreatedTopic]:
@@ -188,14 +215,20 @@ class GroupAdmin:
     async def delete_topic(self, name: str) -> str:
         return await self._do(_Plans.delete_topic(name))
 
-    async def describe_topics(self, names: Iterable[str] = ()) -> list[TopicDescription]:
-        """Describes the named topics, or every topic."""
-        return await self._do(_Plans.describe_topics(names))
+    async def describe_topics(
+        self, names: Iterable[str] = (), *, page_size: int = 0
+    ) -> list[TopicDescription]:
+        """Describes the named topics (in the order given), or every topic (by name),
+        over as many calls of at most `page_size` results as needed (0: the service's
+        default)."""
+        return await self._pages(_Plans.describe_topics(names, page_size))
 
     async def list_groups(
-        self, *, states: Iterable[str] = (), types: Iterable[str] = ()
+        self, *, states: Iterable[str] = (), types: Iterable[str] = (), page_size: int = 0
     ) -> list[GroupListing]:
-        return await self._do(_Plans.list_groups(states, types))
+        """Every group (by id) in one of `states` and `types` (all when empty), over as
+        many calls of at most `page_size` groups as needed (0: the service's default)."""
+        return await self._pages(_Plans.list_groups(states, types, page_size))
 
     async def describe_groups(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
         return await self._do(_Plans.describe_groups(group_ids))
@@ -247,6 +280,15 @@ class SyncGroupAdmin:
         stub = self._stub if hasattr(self._stub, rpc) else self._coordinator
         return read(getattr(stub, rpc)(request, timeout=self._timeout))
 
+    def _pages(self, plan: Plan[list[T]]) -> list[T]:
+        rpc, request, read = plan
+        out: list[T] = []
+        while True:
+            response = getattr(self._stub, rpc)(request, timeout=self._timeout)
+            out += read(response)
+            if not _next_page(request, response):
+                return out
+
     def create_topics(
         self, topics: Mapping[str, int] | Iterable[admin_pb2.CreatableTopic]
     ) -> list[CreatedTopic]:
@@ -264,11 +306,13 @@ class SyncGroupAdmin:
     def delete_topic(self, name: str) -> str:
         return self._do(_Plans.delete_topic(name))
 
-    def describe_topics(self, names: Iterable[str] = ()) -> list[TopicDescription]:
-        return self._do(_Plans.describe_topics(names))
+    def describe_topics(self, names: Iterable[str] = (), *, page_size: int = 0) -> list[TopicDescription]:
+        return self._pages(_Plans.describe_topics(names, page_size))
 
-    def list_groups(self, *, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[GroupListing]:
-        return self._do(_Plans.list_groups(states, types))
+    def list_groups(
+        self, *, states: Iterable[str] = (), types: Iterable[str] = (), page_size: int = 0
+    ) -> list[GroupListing]:
+        return self._pages(_Plans.list_groups(states, types, page_size))
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
         return self._do(_Plans.describe_groups(group_ids))
