@@ -283,7 +283,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
                 lambda name: _describe_topic(image, name),
                 paging.page_size(request.page_size),
                 self._page_bytes,
-                topics.token,
+                topics,
                 _racks_left_out,
             )
         named = paging.Cursor("DescribeTopics", names, int, "names")
@@ -296,7 +296,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
             lambda i: _describe_topic(image, names[i]),
             paging.page_size(request.page_size, default=len(names)),
             self._page_bytes,
-            named.token,
+            named,
             _racks_left_out,
         )
 
@@ -334,7 +334,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
                 listing,
                 paging.page_size(request.page_size),
                 self._page_bytes,
-                cursor.token,
+                cursor,
             )
         except ApiError as e:
             return admin_pb2.ListGroupsResponse(**_error_fields(e))

@@ -39,9 +39,17 @@ def test_field_size_matches_protobuf(length: int) -> None:
 
 
 @given(st.text(min_size=1, max_size=255))
-def test_tokens_round_trip_any_key(key: str) -> None:
+def test_tokens_round_trip_any_key_and_their_length_is_known_without_making_them(key: str) -> None:
     cursor = paging.Cursor("ListGroups", [["stable"], []], str, "filters")
-    assert cursor.after(cursor.token(key)) == key
+    token = cursor.token(key)
+    assert cursor.after(token) == key
+    assert cursor.token_length(key) == len(token)
+    assert json.loads(base64.urlsafe_b64decode(token + "==")) == {
+        "v": 1,
+        "m": "ListGroups",
+        "f": cursor._digest,
+        "k": key,
+    }
 
 
 def _forged(body: object) -> str:
@@ -86,25 +94,26 @@ def _group(i: int) -> Group:
     return Group(group_id=f"g{i:04d}", group_state="Stable", group_type="consumer", members=3)
 
 
-def _token(i: int) -> str:
-    return f"after-{i}"
+#: Positions as keys, as DescribeTopics with names has them.
+CURSOR = paging.Cursor("DescribeTopics", ["some", "names"], int, "names")
+_token = CURSOR.token
 
 
 def test_a_page_ends_at_its_size_and_only_says_more_when_there_is_more() -> None:
     build = _group
-    full = paging.take_page(range(10), build, 4, 10**6, _token)
+    full = paging.take_page(range(10), build, 4, 10**6, CURSOR)
     assert [g.group_id for g in full.entries] == ["g0000", "g0001", "g0002", "g0003"]
-    assert full.next_page_token == "after-3"
-    last = paging.take_page(range(4), build, 4, 10**6, _token)
+    assert full.next_page_token == _token(3)
+    last = paging.take_page(range(4), build, 4, 10**6, CURSOR)
     assert len(last.entries) == 4 and last.next_page_token == ""
     # Skipped keys past a full page do not count as more.
-    odd = paging.take_page(range(6), lambda i: _group(i) if i < 4 else None, 4, 10**6, _token)
+    odd = paging.take_page(range(6), lambda i: _group(i) if i < 4 else None, 4, 10**6, CURSOR)
     assert odd.next_page_token == ""
 
 
 @given(st.integers(min_value=60, max_value=3_000), st.integers(min_value=1, max_value=200))
 def test_a_page_with_its_token_never_passes_the_budget_and_always_progresses(budget: int, count: int) -> None:
-    page = paging.take_page(range(count), _group, 1_000, budget, _token)
+    page = paging.take_page(range(count), _group, 1_000, budget, CURSOR)
     response = admin_pb2.ListGroupsResponse(groups=page.entries, next_page_token=page.next_page_token)
     assert page.entries
     assert response.ByteSize() <= budget or len(page.entries) == 1
@@ -125,7 +134,24 @@ def test_an_entry_alone_over_the_budget_is_replaced_only_when_first() -> None:
     def oversized(d: admin_pb2.TopicDescription, budget: int) -> admin_pb2.TopicDescription:
         return admin_pb2.TopicDescription(name=d.name, num_partitions=d.num_partitions, error_message="big")
 
-    first = paging.take_page(range(3), describe, 10, 1_000, _token, oversized)
-    assert [t.name for t in first.entries] == ["t0"] and first.next_page_token == "after-0"
-    second = paging.take_page(range(1, 3), describe, 10, 1_000, _token, oversized)
+    first = paging.take_page(range(3), describe, 10, 1_000, CURSOR, oversized)
+    assert [t.name for t in first.entries] == ["t0"] and first.next_page_token == _token(0)
+    second = paging.take_page(range(1, 3), describe, 10, 1_000, CURSOR, oversized)
     assert [(t.name, t.error_message) for t in second.entries] == [("t1", "big"), ("t2", "")]
+
+
+def test_a_page_that_skips_too_many_keys_ends_even_empty_and_the_next_resumes_after_them() -> None:
+    def build(i: int) -> Group | None:
+        return _group(i) if i % 10 == 9 else None
+
+    pages = []
+    after: int | None = None
+    while True:
+        keys = range(0 if after is None else after + 1, 30)
+        page = paging.take_page(keys, build, 5, 10**6, CURSOR, max_skipped=4)
+        pages.append([g.group_id for g in page.entries])
+        if not page.next_page_token:
+            break
+        after = CURSOR.after(page.next_page_token)
+    # Five keys looked at and skipped per page at most; every match exactly once.
+    assert pages == [[], ["g0009"], [], ["g0019"], [], ["g0029"]]

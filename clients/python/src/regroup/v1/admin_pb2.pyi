@@ -422,8 +422,10 @@ class ListGroupsRequest(_message.Message):
     """The most groups to return in one response; 0 means 1000, and values above
     10000 are treated as 10000. The server may return fewer, and does when
     they would not fit in one message (the server's max_message_bytes, and
-    never more than 4 MiB, gRPC's default receive limit); follow
-    next_page_token to get the rest. A negative value answers INVALID_REQUEST.
+    never more than 4 MiB, gRPC's default receive limit) or when the filters
+    left out many groups in one call, even none: follow next_page_token
+    until it is empty to get the rest. A negative value answers
+    INVALID_REQUEST.
     """
     page_token: _builtins.str
     """The next_page_token of the previous response, to get the next page; empty
