@@ -2,9 +2,10 @@
 
 A page ends at `page_size` entries or before its serialized size would pass the
 byte budget, whichever comes first, so that no listing fails on the message
-size limit. Paging is by key (keyset): the token carries the last key returned
-and the next page starts after it, so entries created or deleted between two
-calls neither repeat nor hide the others. Tokens are urlsafe base64 of a small
+size limit (or after passing over many keys its filters leave out). Paging is
+by key (keyset): the token carries the last key looked at and the next page
+starts after it, so entries created or deleted between two calls neither
+repeat nor hide the others. Tokens are urlsafe base64 of a small
 versioned JSON object and also carry a digest of the listing's filters: a token
 passed back with other filters is refused rather than answered with a page of
 another listing.

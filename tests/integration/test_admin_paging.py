@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -32,28 +33,24 @@ async def _busy_groups(stubs: Stubs, group_ids: list[str]) -> None:
         await WireMember(stubs.coordinator, group_id, "m", ["orders"]).heartbeat()
 
 
-async def _list_pages(stubs: Stubs, **fields: Any) -> list[admin_pb2.ListGroupsResponse]:
-    request = admin_pb2.ListGroupsRequest(**fields)
+async def _pages(call: Callable[[Any], Awaitable[Any]], request: Any) -> list[Any]:
+    """Every page of a listing from `request` on, following next_page_token."""
     pages = []
     while True:
-        page = await stubs.admin.ListGroups(request)
+        page = await call(request)
         assert page.error_code == common_pb2.NONE, page.error_message
         pages.append(page)
         if not page.next_page_token:
             return pages
         request.page_token = page.next_page_token
+
+
+async def _list_pages(stubs: Stubs, **fields: Any) -> list[admin_pb2.ListGroupsResponse]:
+    return await _pages(stubs.admin.ListGroups, admin_pb2.ListGroupsRequest(**fields))
 
 
 async def _describe_pages(stubs: Stubs, **fields: Any) -> list[admin_pb2.DescribeTopicsResponse]:
-    request = admin_pb2.DescribeTopicsRequest(**fields)
-    pages = []
-    while True:
-        page = await stubs.admin.DescribeTopics(request)
-        assert page.error_code == common_pb2.NONE, page.error_message
-        pages.append(page)
-        if not page.next_page_token:
-            return pages
-        request.page_token = page.next_page_token
+    return await _pages(stubs.admin.DescribeTopics, admin_pb2.DescribeTopicsRequest(**fields))
 
 
 async def test_groups_page_in_id_order_each_exactly_once_with_filters(service: Service) -> None:
@@ -88,15 +85,8 @@ async def test_groups_created_or_deleted_between_pages_neither_repeat_nor_hide_o
     assert [r.error_code for r in deleted.results] == [common_pb2.NONE, common_pb2.NONE]
     await _empty_groups(service.stubs, ["a", "d0", "g"])
 
-    request = admin_pb2.ListGroupsRequest(page_size=2, page_token=first.next_page_token)
-    rest = []
-    while True:
-        page = await service.stubs.admin.ListGroups(request)
-        rest += [g.group_id for g in page.groups]
-        if not page.next_page_token:
-            break
-        request.page_token = page.next_page_token
-    assert rest == ["d0", "f", "g", "j"]
+    rest = await _list_pages(service.stubs, page_size=2, page_token=first.next_page_token)
+    assert [g.group_id for p in rest for g in p.groups] == ["d0", "f", "g", "j"]
 
 
 async def test_bad_page_size_and_tokens_answer_invalid_request(service: Service) -> None:
