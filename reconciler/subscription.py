@@ -1,6 +1,6 @@
 """Subscriptions: which topics a member and a group subscribe to.
 
-A member subscribes by names, by a regex (Python `re`, matched against whole
+A member subscribes by names, by a regex (RE2 syntax, matched against whole
 topic names), or both. Names and regexes that match nothing are kept: they
 simply match once such a topic exists.
 """
@@ -8,24 +8,103 @@ simply match once such a topic exists.
 from __future__ import annotations
 
 import hashlib
-import re
 import sys
 from collections.abc import Collection, Iterable, Mapping
 from functools import lru_cache
 
+import re2
+
 from .errors import InvalidRegularExpression
 from .model import Group
-from .topics import Topic, TopicsImage
+from .topics import Topic, TopicRegex, TopicsImage
+
+#: Longest subscription regex accepted. Kafka bounds it only by the request size; topic
+#: names are at most 249 characters, so a longer pattern is almost certainly a mistake.
+#: Validation refuses a longer one with INVALID_REQUEST before it is compiled.
+MAX_REGEX_LENGTH = 1_000
+
+#: RE2's memory budget for one compiled regex (its default is 8 MiB). Two thirds bound the
+#: program, which caps compile time: the largest programs it admits (about 9,000
+#: instructions, `.{1000}` is 8,000) compile in tens of milliseconds, and a pattern that
+#: needs more is refused after a few milliseconds instead of stalling the event loop for
+#: 150 ms or more under the default. The rest bounds the DFA cache each cached regex keeps.
+#: Real topic patterns (prefixes, alternations of names) compile to a few hundred
+#: instructions, two orders of magnitude below the budget.
+REGEX_MAX_MEM = 1 << 20
+
+RE2_SYNTAX = "https://github.com/google/re2/wiki/Syntax"
+
+_OPTIONS = re2.Options()
+_OPTIONS.max_mem = REGEX_MAX_MEM
+# Refusals are answered to the member; RE2 would also print each one to stderr.
+_OPTIONS.log_errors = False
 
 
 @lru_cache(maxsize=4096)
-def compile_regex(pattern: str) -> re.Pattern[str]:
+def _compile(pattern: str) -> TopicRegex | str:
+    """The compiled regex, or the message that says why it does not compile.
+
+    Refusals are cached too, so that a stored regex that no longer compiles costs
+    one attempt per process rather than one per target computation.
+    """
+    if len(pattern) > MAX_REGEX_LENGTH:
+        # Not echoed: the same message as validation's.
+        return f"SubscribedTopicRegex is longer than {MAX_REGEX_LENGTH} characters ({len(pattern)})."
     try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise InvalidRegularExpression(
-            f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {e}."
-        ) from None
+        return re2.compile(pattern, _OPTIONS)
+    except UnicodeEncodeError:
+        # RE2 compiles UTF-8, and a lone surrogate has none: escape it, or the message
+        # itself could not be encoded on the wire.
+        pattern = pattern.encode("utf-8", "backslashreplace").decode()
+        reason = "it is not valid Unicode"
+    except re2.error as e:
+        raw = e.args[0] if e.args else ""
+        reason = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+    invalid = f"SubscribedTopicRegex `{pattern}` is not a valid regular expression"
+    if reason.startswith("pattern too large"):
+        return (
+            f"{invalid}: its compiled program exceeds the {REGEX_MAX_MEM / (1 << 20):g} MiB memory budget; "
+            "use fewer or smaller counted repetitions ({n}) and narrower character classes."
+        )
+    return (
+        f"{invalid}: {reason}. Regexes use RE2 syntax, which has no backreferences or lookaround "
+        f"assertions ({RE2_SYNTAX})."
+    )
+
+
+def compile_regex(pattern: str) -> TopicRegex:
+    """Compiles a subscription regex with RE2, as Kafka compiles it with RE2/J.
+
+    RE2 matches in time linear in the topic name, so no pattern can backtrack
+    catastrophically (with Python's `re`, `(a*)*b` against 24 `a`s takes a second, and
+    twice that per extra character). Python-only constructs are refused
+    (backreferences, lookaround, possessive quantifiers, `\\Z`), as are patterns longer
+    than `MAX_REGEX_LENGTH` and patterns whose program exceeds `REGEX_MAX_MEM`: each
+    with `InvalidRegularExpression` and a message that says why. Callers use
+    `fullmatch`: a regex matches a topic when it matches its whole name.
+    """
+    compiled = _compile(pattern)
+    if isinstance(compiled, str):
+        raise InvalidRegularExpression(compiled)
+    return compiled
+
+
+def stored_regex(pattern: str) -> TopicRegex | None:
+    """A member's stored regex compiled, or None (it matches no topic) if it does not compile.
+
+    Validation refuses such a regex in a heartbeat, but one stored by an earlier version
+    (which compiled with Python's `re`) may use what RE2 refuses. Raising where stored
+    regexes are matched would fail every operation on its group, timers included, and so
+    wedge the group; matching nothing leaves its member without topics from the regex until
+    it sends one that compiles, while the rest of the group goes on.
+    """
+    compiled = _compile(pattern)
+    return None if isinstance(compiled, str) else compiled
+
+
+def _ids_matching(image: TopicsImage, regex: str) -> frozenset[str]:
+    compiled = stored_regex(regex)
+    return frozenset() if compiled is None else image.ids_matching(compiled)
 
 
 @lru_cache(maxsize=8192)
@@ -43,7 +122,7 @@ def member_topic_ids(image: TopicsImage, names: Iterable[str], regex: str | None
     by_name = image.by_name
     ids = {by_name[n].topic_id for n in names if n in by_name}
     if regex is not None:
-        ids.update(image.ids_matching(compile_regex(regex)))
+        ids.update(_ids_matching(image, regex))
     return frozenset(ids)
 
 
@@ -54,7 +133,7 @@ def group_topics(
     by_name = image.by_name
     ids = {by_name[n].topic_id for n in name_counts if n in by_name}
     for regex in regex_counts:
-        ids.update(image.ids_matching(compile_regex(regex)))
+        ids.update(_ids_matching(image, regex))
     return [image.by_id[t] for t in sorted(ids)]
 
 
@@ -81,7 +160,8 @@ def subscribes_to_any(group: Group, topic_names: Collection[str]) -> bool:
     names = group.subscribed_topic_names()
     if any(name in names for name in topic_names):
         return True
-    return any(compile_regex(r).fullmatch(name) for r in group.subscribed_regexes() for name in topic_names)
+    compiled = (stored_regex(r) for r in group.subscribed_regexes())
+    return any(c.fullmatch(name) for c in compiled if c is not None for name in topic_names)
 
 
 def adjusted_counts(counts: Mapping[str, int], remove: Iterable[str], add: Iterable[str]) -> dict[str, int]:

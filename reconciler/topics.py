@@ -10,15 +10,26 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from .errors import InvalidPartitions, InvalidRequest, InvalidTopic, TopicAlreadyExists
 
 #: Kafka's limits for topic names.
 MAX_TOPIC_NAME_LENGTH = 249
+# One character class repeated: nothing to backtrack into, so Python's `re` is safe here.
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 #: A topic larger than this is almost certainly a typo and would exhaust memory.
 MAX_PARTITIONS_PER_TOPIC = 1_000_000
 MAX_RACK_LENGTH = 255
+
+
+class TopicRegex(Protocol):
+    """A compiled subscription regex (an RE2 program, see `subscription.compile_regex`)."""
+
+    @property
+    def pattern(self) -> str: ...
+
+    def fullmatch(self, text: str, /) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +64,7 @@ class TopicsImage:
         topic = self._by_id.get(topic_id)
         return "" if topic is None else topic.name
 
-    def ids_matching(self, pattern: re.Pattern[str]) -> frozenset[str]:
+    def ids_matching(self, pattern: TopicRegex) -> frozenset[str]:
         """Ids of the topics whose whole name matches `pattern` (memoised per image)."""
         cached = self._regex_cache.get(pattern.pattern)
         if cached is None:

@@ -10,12 +10,11 @@ from .context import GroupConfig
 from .errors import InvalidRequest, UnsupportedAssignor
 from .messages import ConsumerGroupHeartbeat
 from .model import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ClientAssignor
-from .subscription import compile_regex
+from .subscription import MAX_REGEX_LENGTH, compile_regex
 from .topics import MAX_TOPIC_NAME_LENGTH
 
 #: Longest group, member, instance, rack and client id and assignor name accepted.
 MAX_ID_LENGTH = 255
-MAX_REGEX_LENGTH = 1_000
 MAX_SUBSCRIBED_TOPIC_NAMES = 10_000
 MAX_OWNED_PARTITIONS = 1_000_000
 

@@ -3,16 +3,19 @@
 reconciler/ and server/ are installed as regroup.reconciler and regroup.server
 through a setuptools package-dir mapping, which mypy cannot follow. This script
 lays out directory symlinks under build/typecheck/regroup/ so that mypy sees
-the real package names, then checks them.
+the real package names, then checks them. Stubs for dependencies that ship no
+type hints (google-re2) live in typings/, on mypy's search path.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+STUBS = ROOT / "typings"
 LINKS = {
     "reconciler": ROOT / "reconciler",
     "server": ROOT / "server",
@@ -48,7 +51,7 @@ def main() -> int:
         "-p",
         "regroup.client",
     ]
-    return subprocess.call(cmd, cwd=base)
+    return subprocess.call(cmd, cwd=base, env={**os.environ, "MYPYPATH": str(STUBS)})
 
 
 if __name__ == "__main__":

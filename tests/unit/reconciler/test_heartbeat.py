@@ -7,7 +7,6 @@ into contiguous ranges.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -616,18 +615,49 @@ def test_unsupported_server_assignor_lists_every_configured_one(h: EngineHarness
     )
 
 
-@pytest.mark.parametrize("pattern", ["foo(", "[a-", "*"])
-def test_invalid_regular_expression(h: EngineHarness, pattern: str) -> None:
+RE2_SYNTAX = (
+    "Regexes use RE2 syntax, which has no backreferences or lookaround assertions "
+    "(https://github.com/google/re2/wiki/Syntax)."
+)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        pytest.param("foo(", "missing ): foo(", id="unclosed-group"),
+        pytest.param("[a-", "missing ]: [a-", id="unclosed-class"),
+        pytest.param("*", "no argument for repetition operator: *", id="bare-star"),
+        # Valid for Python's `re`, which compiled regexes before RE2 did; RE2 has none of them.
+        pytest.param("(foo)-\\1", "invalid escape sequence: \\1", id="backreference"),
+        pytest.param("(?=foo)fo.*", "invalid perl operator: (?=", id="lookahead"),
+        pytest.param("(?<!x)foo", "invalid perl operator: (?<!", id="lookbehind"),
+        pytest.param("foo\\Z", "invalid escape sequence: \\Z", id="python-end-anchor"),
+    ],
+)
+def test_invalid_regular_expression(h: EngineHarness, pattern: str, reason: str) -> None:
     stable_pair(h)
-    with pytest.raises(re.error) as compile_error:
-        re.compile(pattern)
 
     assert_rejected(
         h,
         beat(GROUP, "a", 2, subscribed_topic_regex=pattern),
         InvalidRegularExpression,
         ErrorCode.INVALID_REGULAR_EXPRESSION,
-        f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {compile_error.value}.",
+        f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {reason}. {RE2_SYNTAX}",
+    )
+
+
+def test_regular_expression_over_the_memory_budget_is_refused(h: EngineHarness) -> None:
+    stable_pair(h)
+    pattern = "\\p{L}{100}"  # 100 copies of every Unicode letter: far over RE2's 1 MiB budget
+
+    assert_rejected(
+        h,
+        beat(GROUP, "a", 2, subscribed_topic_regex=pattern),
+        InvalidRegularExpression,
+        ErrorCode.INVALID_REGULAR_EXPRESSION,
+        f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: its compiled program "
+        "exceeds the 1 MiB memory budget; use fewer or smaller counted repetitions ({n}) and narrower "
+        "character classes.",
     )
 
 

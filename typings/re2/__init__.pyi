@@ -1,0 +1,23 @@
+# The part of google-re2 (module `re2`) that regroup uses. The package ships no type
+# hints; tools/typecheck.py puts typings/ on mypy's path so that this stub types it.
+
+class error(Exception): ...
+
+class Options:
+    #: Bytes the compiled program (two thirds) and the DFA cache (the rest) may use.
+    max_mem: int
+    #: Whether RE2 itself logs compile errors to stderr.
+    log_errors: bool
+    def __init__(self) -> None: ...
+
+class _Match:
+    def group(self, group: int = 0) -> str: ...
+
+class _Regexp:
+    @property
+    def pattern(self) -> str: ...
+    @property
+    def programsize(self) -> int: ...
+    def fullmatch(self, text: str, pos: int | None = None, endpos: int | None = None) -> _Match | None: ...
+
+def compile(pattern: str, options: Options | None = None) -> _Regexp: ...
