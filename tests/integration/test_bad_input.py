@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import asyncpg
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
-from tests.integration.conftest import Service
+from tests.integration.conftest import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
 
 pytestmark = pytest.mark.integration
@@ -185,6 +188,25 @@ HEARTBEAT_CASES = [
         "SubscribedTopicRegex `orders([` is not a valid regular expression",
     ),
     (
+        "regex with a backreference",
+        join(subscribed_topic_names=None, subscribed_topic_regex="(orders)-\\1"),
+        common_pb2.INVALID_REGULAR_EXPRESSION,
+        "SubscribedTopicRegex `(orders)-\\1` is not a valid regular expression: invalid escape sequence: "
+        "\\1. Regexes use RE2 syntax",
+    ),
+    (
+        "regex with a lookahead",
+        join(subscribed_topic_names=None, subscribed_topic_regex="(?!orders).*"),
+        common_pb2.INVALID_REGULAR_EXPRESSION,
+        "invalid perl operator: (?!. Regexes use RE2 syntax",
+    ),
+    (
+        "regex over the memory budget",
+        join(subscribed_topic_names=None, subscribed_topic_regex="\\p{L}{100}"),
+        common_pb2.INVALID_REGULAR_EXPRESSION,
+        "its compiled program exceeds the 1 MiB memory budget",
+    ),
+    (
         "unknown assignor",
         join(server_assignor="bar"),
         common_pb2.UNSUPPORTED_ASSIGNOR,
@@ -246,6 +268,88 @@ async def test_bad_heartbeat_is_refused_with_its_code_and_changes_nothing(
     assert {
         g: (grp.group_epoch, len(grp.members)) for g, grp in settled.coordinator.groups.items()
     } == groups_before
+
+
+RE2_SYNTAX = (
+    "Regexes use RE2 syntax, which has no backreferences or lookaround assertions "
+    "(https://github.com/google/re2/wiki/Syntax)."
+)
+
+
+async def test_regex_re2_refuses_is_answered_and_the_server_keeps_serving(settled: Service) -> None:
+    stubs = settled.stubs
+    refused = await stubs.coordinator.ConsumerGroupHeartbeat(
+        join(member_id="rx", subscribed_topic_names=None, subscribed_topic_regex="(orders)-\\1")
+    )
+
+    assert refused.error_code == common_pb2.INVALID_REGULAR_EXPRESSION
+    assert refused.error_message == (
+        "SubscribedTopicRegex `(orders)-\\1` is not a valid regular expression: invalid escape sequence: "
+        f"\\1. {RE2_SYNTAX}"
+    )
+    health = await health_pb2_grpc.HealthStub(stubs.channel).Check(health_pb2.HealthCheckRequest())
+    assert health.status == health_pb2.HealthCheckResponse.SERVING
+    # A regex that backtracks catastrophically in Python's `re` (past the age of the universe against
+    # this name) is answered at once: RE2 is linear.
+    await stubs.create_topic("a" * 249, 1)
+    joined = await asyncio.wait_for(
+        stubs.coordinator.ConsumerGroupHeartbeat(
+            join(member_id="rx", subscribed_topic_names=None, subscribed_topic_regex="(a*)*b")
+        ),
+        timeout=10,
+    )
+    assert joined.error_code == common_pb2.NONE, joined.error_message
+    assert not joined.HasField("assignment") or not joined.assignment.topic_partitions
+    again = await stubs.coordinator.ConsumerGroupHeartbeat(
+        Request(group_id="g1", member_id="rx", member_epoch=joined.member_epoch)
+    )
+    assert again.error_code == common_pb2.NONE, again.error_message
+    group = await stubs.describe("g1")
+    assert {m.member_id: m.subscribed_topic_regex for m in group.members} == {
+        "m0": "",
+        "m1": "",
+        "rx": "(a*)*b",
+    }
+
+
+async def test_stored_regex_re2_refuses_matches_nothing_after_a_restart(
+    start_service: ServiceFactory,
+) -> None:
+    first = await start_service()
+    await first.stubs.create_topic("orders", 4)
+    await first.stubs.create_topic("ordersorders", 2)
+    members = [WireMember(first.stubs.coordinator, "g1", f"m{i}", ["orders"]) for i in range(2)]
+    await converge(first.stubs, "g1", members)
+    await first.server.stop()
+    # As a version that compiled regexes with Python's `re` stored it: there it matched ordersorders.
+    conn = await asyncpg.connect(first.settings.database_url)
+    try:
+        await conn.execute(
+            "UPDATE members SET subscribed_topic_regex = $1 WHERE group_id = 'g1' AND member_id = 'm0'",
+            "(orders)\\1",
+        )
+    finally:
+        await conn.close()
+
+    second = await start_service()
+    for member in members:
+        member.stub = second.stubs.coordinator
+    # Topics change: the group's subscribed topics, hash and target are computed over the stored regex.
+    await second.stubs.create_topic("orders2", 1)
+    await second.stubs.admin.CreatePartitions(
+        admin_pb2.CreatePartitionsRequest(
+            topics=[admin_pb2.CreatePartitionsRequest.Topic(name="ordersorders", count=3)]
+        )
+    )
+    await converge(second.stubs, "g1", members)
+
+    group = await second.stubs.describe("g1")
+    assert {m.member_id: m.subscribed_topic_regex for m in group.members} == {"m0": "(orders)\\1", "m1": ""}
+    orders = {t for m in members for t, _ in m.partitions()}
+    assert len(orders) == 1 and sum(len(m.partitions()) for m in members) == 4
+    for member in members:
+        response = await member.heartbeat()
+        assert response.error_code == common_pb2.NONE, response.error_message
 
 
 async def test_group_max_size_refuses_new_members_only(start_service: Any) -> None:

@@ -54,8 +54,9 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     Required when joining; absent or -1 means unchanged.
     """
     subscribed_topic_regex: _builtins.str
-    """A Python regular expression matched (in full) against topic names; absent
-    means unchanged, an empty string removes the regex subscription.
+    """A regular expression in RE2 syntax (as Kafka's RE2/J) matched in full against
+    topic names; absent means unchanged, an empty string removes the regex
+    subscription. One RE2 refuses gets INVALID_REGULAR_EXPRESSION.
     """
     server_assignor: _builtins.str
     """The server-side assignor the member prefers; absent means unchanged."""
