@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import grpc
+import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -94,6 +95,56 @@ async def test_service_runs_on_its_embedded_postgres_and_keeps_data_across_resta
     assert [m.member_id for m in group.members] == ["m"]
     loaded = next(e for e in events if e["event"] == "coordinator_loaded")
     assert (loaded["groups"], loaded["members"], loaded["topics"]) == (1, 1, 1)
+
+
+def _postmaster(data_dir: Path) -> psutil.Process | None:
+    """The running Postgres of the data dir, from the first line of its postmaster.pid."""
+    try:
+        pid = int((data_dir / "pgdata" / "postmaster.pid").read_text().split("\n", 1)[0])
+        process = psutil.Process(pid)
+        return None if process.status() == psutil.STATUS_ZOMBIE else process
+    except (FileNotFoundError, ValueError, psutil.NoSuchProcess):
+        return None
+
+
+async def _stopped(process: psutil.Process, timeout_s: float = 10) -> bool:
+    """Polls until the process is gone; False if it is still running after the timeout."""
+    for _ in range(int(timeout_s / 0.1)):
+        if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def test_clean_stop_after_a_killed_instance_stops_the_embedded_postgres(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    port = _free_port()
+    killed = await _start(data_dir, port)
+    try:
+        await _wait_serving(port)
+        postmaster = _postmaster(data_dir)
+        assert postmaster is not None
+        killed.kill()  # SIGKILL: its pid stays in pgserver's list of the pgdata's users
+        await killed.communicate()
+        assert postmaster.is_running()
+
+        process = await _start(data_dir, port)
+        try:
+            await _wait_serving(port)
+            assert _postmaster(data_dir) == postmaster  # the same Postgres, reused
+        finally:
+            await _stop(process)
+        assert await _stopped(postmaster), "the clean stop left the embedded Postgres running"
+        assert _postmaster(data_dir) is None
+    finally:
+        # Never leave a process or a Postgres behind, whatever failed above.
+        if killed.returncode is None:
+            killed.kill()
+            await killed.communicate()
+        leftover = _postmaster(data_dir)
+        if leftover is not None:
+            leftover.terminate()
+            await _stopped(leftover)
 
 
 def test_bad_configuration_exits_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
