@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import lru_cache
 
 import re2
@@ -23,35 +23,72 @@ from .topics import Topic, TopicRegex, TopicsImage
 #: Validation refuses a longer one with INVALID_REQUEST before it is compiled.
 MAX_REGEX_LENGTH = 1_000
 
-#: RE2's memory budget for one compiled regex (its default is 8 MiB). Two thirds bound the
-#: program, which caps compile time: the largest programs it admits (about 9,000
-#: instructions, `.{1000}` is 8,000) compile in tens of milliseconds, and a pattern that
-#: needs more is refused after a few milliseconds instead of stalling the event loop for
-#: 150 ms or more under the default. The rest bounds the DFA cache each cached regex keeps.
-#: Real topic patterns (prefixes, alternations of names) compile to a few hundred
-#: instructions, two orders of magnitude below the budget.
-REGEX_MAX_MEM = 1 << 20
+#: RE2's `max_mem` bounds a compiled regex: two thirds for its program, the rest for the
+#: DFA cache it fills while matching. A pattern is first compiled under this budget, and
+#: refused if its program does not fit: that caps compile time (the largest admitted
+#: programs, about 9,000 instructions such as `.{1000}`, compile in under 50 ms, and a
+#: larger one is refused in about 10) where RE2's default 8 MiB admits programs that take
+#: 200 ms. Real topic patterns (prefixes, alternations of names) compile to a few hundred
+#: instructions, two orders of magnitude below it.
+REGEX_PROGRAM_MAX_MEM = 1 << 20
+#: The budget of the compiled regex kept for matching, RE2's default. Under 1 MiB the DFA
+#: cache of a pathological admitted pattern (`(?:.{0,10}){100}`) overflows and RE2 falls
+#: back to its NFA: still linear, but 5-10 ms per 249-character topic name, seconds for a
+#: registry of a thousand topics. With 8 MiB the same costs well under a millisecond per
+#: name. The cache grows only as matching needs it: kilobytes for real patterns.
+REGEX_MATCH_MAX_MEM = 8 << 20
 
 RE2_SYNTAX = "https://github.com/google/re2/wiki/Syntax"
 
-_OPTIONS = re2.Options()
-_OPTIONS.max_mem = REGEX_MAX_MEM
-# Refusals are answered to the member; RE2 would also print each one to stderr.
-_OPTIONS.log_errors = False
+
+def _options(max_mem: int) -> re2.Options:
+    options = re2.Options()
+    options.max_mem = max_mem
+    # Refusals are answered to the member; RE2 would also print each one to stderr.
+    options.log_errors = False
+    # Only whether a whole name matches is used: without capture groups, RE2 answers
+    # that with its DFA alone rather than its slower submatch engines.
+    options.never_capture = True
+    return options
 
 
-@lru_cache(maxsize=4096)
+_PROGRAM_CHECK = _options(REGEX_PROGRAM_MAX_MEM)
+_MATCHING = _options(REGEX_MATCH_MAX_MEM)
+
+
+class _Re2Regex:
+    """A compiled regex that matches names as UTF-8 bytes, which RE2 matches.
+
+    Given a str, google-re2 encodes it and maps every byte offset back to a character
+    offset: a match costs more than twice as much as with the bytes.
+    """
+
+    __slots__ = ("_fullmatch", "pattern")
+
+    def __init__(self, pattern: str, fullmatch: Callable[[bytes], object]) -> None:
+        self.pattern = pattern
+        self._fullmatch = fullmatch
+
+    def fullmatch(self, text: str, /) -> bool:
+        return self._fullmatch(text.encode()) is not None
+
+
+@lru_cache(maxsize=1024)
 def _compile(pattern: str) -> TopicRegex | str:
     """The compiled regex, or the message that says why it does not compile.
 
     Refusals are cached too, so that a stored regex that no longer compiles costs
-    one attempt per process rather than one per target computation.
+    one attempt per process rather than one per target computation. 1,024 distinct
+    regexes are far more than groups use; the bound keeps the DFA caches of
+    pathological ones (a few MiB each at most) from adding up.
     """
     if len(pattern) > MAX_REGEX_LENGTH:
         # Not echoed: the same message as validation's.
         return f"SubscribedTopicRegex is longer than {MAX_REGEX_LENGTH} characters ({len(pattern)})."
     try:
-        return re2.compile(pattern, _OPTIONS)
+        re2.compile(pattern, _PROGRAM_CHECK)
+        # Admitted: the same program again, with room for the DFA cache.
+        return _Re2Regex(pattern, re2.compile(pattern, _MATCHING).fullmatch)
     except UnicodeEncodeError:
         # RE2 compiles UTF-8, and a lone surrogate has none: escape it, or the message
         # itself could not be encoded on the wire.
@@ -63,8 +100,8 @@ def _compile(pattern: str) -> TopicRegex | str:
     invalid = f"SubscribedTopicRegex `{pattern}` is not a valid regular expression"
     if reason.startswith("pattern too large"):
         return (
-            f"{invalid}: its compiled program exceeds the {REGEX_MAX_MEM / (1 << 20):g} MiB memory budget; "
-            "use fewer or smaller counted repetitions ({n}) and narrower character classes."
+            f"{invalid}: its compiled program exceeds the {REGEX_PROGRAM_MAX_MEM / (1 << 20):g} MiB "
+            "memory budget; use fewer or smaller counted repetitions ({n}) and narrower character classes."
         )
     return (
         f"{invalid}: {reason}. Regexes use RE2 syntax, which has no backreferences or lookaround "
@@ -79,7 +116,7 @@ def compile_regex(pattern: str) -> TopicRegex:
     catastrophically (with Python's `re`, `(a*)*b` against 24 `a`s takes a second, and
     twice that per extra character). Python-only constructs are refused
     (backreferences, lookaround, possessive quantifiers, `\\Z`), as are patterns longer
-    than `MAX_REGEX_LENGTH` and patterns whose program exceeds `REGEX_MAX_MEM`: each
+    than `MAX_REGEX_LENGTH` and patterns whose program exceeds `REGEX_PROGRAM_MAX_MEM`: each
     with `InvalidRegularExpression` and a message that says why. Callers use
     `fullmatch`: a regex matches a topic when it matches its whole name.
     """
