@@ -80,7 +80,7 @@ def _compile(pattern: str) -> TopicRegex | str:
     Refusals are cached too, so that a stored regex that no longer compiles costs
     one attempt per process rather than one per target computation. 1,024 distinct
     regexes are far more than groups use; the bound keeps the DFA caches of
-    pathological ones (a few MiB each at most) from adding up.
+    pathological ones (up to 8 MiB each) from adding up.
     """
     if len(pattern) > MAX_REGEX_LENGTH:
         # Not echoed: the same message as validation's.
