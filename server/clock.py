@@ -26,8 +26,12 @@ class SystemClock:
 
     async def sleep_until(self, deadline_ms: int | None, wake: asyncio.Event) -> None:
         timeout = None if deadline_ms is None else max(0.0, (deadline_ms - self.now_ms()) / 1000)
+        # asyncio.timeout rather than wait_for: on 3.11, wait_for swallows a cancellation
+        # that arrives as the event is set (CPython gh-86296), and the loop sleeping here
+        # would then outlive its stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await wake.wait()
 
 
 class ManualClock:

@@ -181,6 +181,7 @@ class Coordinator:
         self.store_failed: Callable[[], None] = lambda: None
         self._topic_lock = asyncio.Lock()
         self._timer_task: asyncio.Task[None] | None = None
+        self._stopping = False
         self.assigner = Assigner(config)
         self.log = structlog.get_logger("regroup")
 
@@ -188,6 +189,7 @@ class Coordinator:
 
     async def start(self) -> None:
         """Loads every group and topic, re-arms timers, then serves."""
+        self._stopping = False
         owner_epoch = await self.store.claim_ownership()
         self.image = TopicsImage(await self.store.load_topics(), version=1)
         self.connectors = await self.store.load_connectors()
@@ -212,6 +214,9 @@ class Coordinator:
             self._timer_task = asyncio.create_task(self._timer_loop(), name="regroup-timers")
 
     async def stop(self) -> None:
+        # The flag ends the timer loop even if a cancellation were lost on the way.
+        self._stopping = True
+        self.timers.wake.set()
         if self._timer_task is not None:
             self._timer_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -588,7 +593,7 @@ class Coordinator:
 
     async def _timer_loop(self) -> None:
         last_run = self.clock.now_ms()
-        while True:
+        while not self._stopping:
             self.timers.wake.clear()
             deadline = self.timers.next_deadline()
             if deadline is not None:
@@ -596,6 +601,8 @@ class Coordinator:
                 # within a few seconds must not wake the loop thousands of times.
                 deadline = max(deadline, last_run + TIMER_TICK_MS)
             await self.clock.sleep_until(deadline, self.timers.wake)
+            if self._stopping:
+                return
             last_run = self.clock.now_ms()
             try:
                 await self.expire_due()

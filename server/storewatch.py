@@ -37,11 +37,16 @@ class StoreWatch:
         self._since = time.monotonic()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name="regroup-store-watch")
 
     async def stop(self) -> None:
+        # The flag ends the loop even if a cancellation were lost on the way.
+        self._stopping = True
+        self._wake.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -59,7 +64,8 @@ class StoreWatch:
         `ping` raises StoreUnavailable when the store fails; anything else is a bug."""
         error = ""
         try:
-            await asyncio.wait_for(self._ping(), self._interval_s)
+            async with asyncio.timeout(self._interval_s):
+                await self._ping()
             available = True
         except (StoreUnavailable, TimeoutError) as e:
             available = False
@@ -76,9 +82,15 @@ class StoreWatch:
         return available
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
+            # asyncio.timeout rather than wait_for: on 3.11, wait_for swallows a cancellation
+            # that arrives as the event is set (CPython gh-86296): report_failure just before
+            # stop left this loop running and the server's stop waiting for it for good.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+                async with asyncio.timeout(self._interval_s):
+                    await self._wake.wait()
+            if self._stopping:
+                return
             self._wake.clear()
             try:
                 await self.check()

@@ -80,6 +80,17 @@ async def _restart(pg: StoppablePostgres, service: Service) -> None:
     await _wait_health(service, SERVING)
 
 
+async def _manual_service(start_service: ServiceFactory, clock: ManualClock, **overrides: int) -> Service:
+    """A service on the test's clock, whose timers run only when the test calls expire_due."""
+    settings = {
+        "session_timeout_ms": SESSION_MS,
+        "heartbeat_interval_ms": INTERVAL_MS,
+        "store_check_ms": CHECK_MS,
+        **overrides,
+    }
+    return await start_service(clock=clock, run_timers=False, **settings)
+
+
 async def _fleet(service: Service, count: int) -> list[WireMember]:
     await service.stubs.create_topic("orders", 2 * count)
     members = [WireMember(service.stubs.coordinator, "g", f"m{i:02}", ["orders"]) for i in range(count)]
@@ -127,13 +138,7 @@ async def test_members_heartbeating_through_an_outage_keep_their_partitions(
     start_service: ServiceFactory, stoppable_postgres: StoppablePostgres, outage_ms: int
 ) -> None:
     clock = ManualClock()
-    service = await start_service(
-        clock=clock,
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=INTERVAL_MS,
-        store_check_ms=CHECK_MS,
-        run_timers=False,
-    )
+    service = await _manual_service(start_service, clock)
     members = await _fleet(service, 12)
     before = await service.stubs.describe("g")
     owned = {m.member_id: (m.epoch, m.partitions()) for m in members}
@@ -169,13 +174,7 @@ async def test_timers_that_came_due_during_an_outage_give_a_full_session_after_i
     gets a full session from then, even one whose timer ran out while the store
     was away and was being retried (the members here did not heartbeat at all)."""
     clock = ManualClock()
-    service = await start_service(
-        clock=clock,
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=INTERVAL_MS,
-        store_check_ms=CHECK_MS,
-        run_timers=False,
-    )
+    service = await _manual_service(start_service, clock)
     members = await _fleet(service, 4)
     await _spread_heartbeats(service, clock, members, INTERVAL_MS)  # sessions end at spread times
     before = await service.stubs.describe("g")
@@ -204,15 +203,9 @@ async def test_a_member_the_failed_write_may_have_removed_is_not_renewed(
     member is not told that its session lives (it would keep partitions that the
     store may have freed), while the others are."""
     clock = ManualClock()
-    service = await start_service(
-        clock=clock,
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=INTERVAL_MS,
-        # No ping of its own: a watch that saw the outage first would refuse the fencing
-        # without trying it, and then nothing would be in doubt.
-        store_check_ms=3_600_000,
-        run_timers=False,
-    )
+    # No ping of its own: a watch that saw the outage first would refuse the fencing
+    # without trying it, and then nothing would be in doubt.
+    service = await _manual_service(start_service, clock, store_check_ms=3_600_000)
     alive, silent = await _fleet(service, 2)
 
     clock.advance(SESSION_MS - 500)

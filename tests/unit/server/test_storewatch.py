@@ -66,3 +66,24 @@ async def test_a_reported_failure_is_checked_at_once() -> None:
         assert not watch.available and store.pings == 1
     finally:
         await watch.stop()
+
+
+async def test_stop_ends_the_watch_even_right_after_a_reported_failure() -> None:
+    """On 3.11, wait_for swallows a cancellation that arrives as its event is set: the
+    watch then ran on and the server's stop waited for it for good."""
+    store = FakeStore()
+    store.up = False
+
+    async def changed(available: bool) -> None:
+        pass
+
+    for turns in range(6):
+        for _ in range(20):
+            watch = StoreWatch(store.ping, changed, interval_s=3600)
+            watch.start()
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            watch.report_failure()
+            for _ in range(turns % 3):
+                await asyncio.sleep(0)
+            await asyncio.wait_for(watch.stop(), 5)

@@ -370,8 +370,11 @@ class GroupMember:
     async def _heartbeat_loop(self, delay: float) -> None:
         assert self._wake is not None and self._lost_done is not None
         while not self._closing:
+            # asyncio.timeout rather than wait_for, which on 3.11 can swallow a cancellation
+            # (CPython gh-86296); _closing ends the loop either way.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(0.0, delay))
+                async with asyncio.timeout(max(0.0, delay)):
+                    await self._wake.wait()
             self._wake.clear()
             if self._closing:
                 return
