@@ -115,15 +115,13 @@ class RegroupServer:
         for name in (*READINESS_NAMES, PROCESS_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         self._watch = StoreWatch(self._store.ping, self._store_changed, self.settings.store_check_ms / 1000)
-        self.coordinator.store_failed = self._watch.report_failure
+        self.coordinator.watch = self._watch
         self._watch.start()
         self._server = server
         host = self.settings.listen.rpartition(":")[0]
         log.info("server_started", listen=f"{host}:{self.port}", extra_accepts=extra)
 
     async def _store_changed(self, available: bool) -> None:
-        if self.coordinator is not None:
-            self.coordinator.store_down = not available
         if self._health is not None:
             status = (
                 health_pb2.HealthCheckResponse.SERVING

@@ -42,6 +42,9 @@ class MemoryStore:
             self.commit_then_fail -= 1
             raise StoreUnavailable("ConnectionResetError: lost after the commit")
 
+    async def ping(self) -> None:
+        self._reach()
+
     async def claim_ownership(self) -> int:
         self._reach()
         self._owner_epochs += 1

@@ -89,6 +89,7 @@ from regroup.reconciler.validation import validate_id
 from .assigner import Assigner
 from .clock import Clock
 from .store import GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
+from .storewatch import StoreWatch
 from .timers import TimerKey, TimerQueue
 
 T = TypeVar("T")
@@ -174,11 +175,10 @@ class Coordinator:
         self._stale: dict[str, WriteInDoubt] = {}
         #: Groups whose target the worker is computing (without their lock held).
         self._computing: set[str] = set()
-        #: Set while the store is known to be unreachable (the app's StoreWatch): requests
-        #: that need it are refused at once instead of waiting on a connection.
-        self.store_down = False
-        #: Called when a request found the store failing (the StoreWatch checks at once).
-        self.store_failed: Callable[[], None] = lambda: None
+        #: What is known of the store's reachability (the app sets it; none: assumed up).
+        #: While it says the store is down, requests that need the store are refused at
+        #: once instead of waiting on a connection; a failed request makes it check at once.
+        self.watch: StoreWatch | None = None
         self._topic_lock = asyncio.Lock()
         self._timer_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -378,7 +378,9 @@ class Coordinator:
         the retry the answer asks for runs against what the store holds."""
         self._mark_stale(group_id, EVERYONE_IN_DOUBT)
         self.log.warning("group_write_conflict", group_id=group_id, constraint=e.constraint, error=str(e))
-        return CoordinatorNotAvailable(f"The write conflicted with the store ({e}); the group was reloaded.")
+        return CoordinatorNotAvailable(
+            f"The write conflicted with the store ({e}); the group is reloaded before its next use."
+        )
 
     def _write_failed(
         self, group_id: str, e: StoreUnavailable | NotOwner, in_doubt: WriteInDoubt = NOTHING_IN_DOUBT
@@ -390,8 +392,16 @@ class Coordinator:
             self.log.warning("group_ownership_lost", group_id=group_id, error=str(e))
             return NotCoordinator(str(e))
         self.log.warning("group_write_failed", group_id=group_id, error=str(e))
-        self.store_failed()
+        self._store_failed()
         return CoordinatorNotAvailable(str(e))
+
+    @property
+    def store_down(self) -> bool:
+        return self.watch is not None and not self.watch.available
+
+    def _store_failed(self) -> None:
+        if self.watch is not None:
+            self.watch.report_failure()
 
     def _refuse_if_store_down(self, group_id: str) -> None:
         """Refuses a group's write while the store is known to be away. Nothing is
@@ -412,7 +422,7 @@ class Coordinator:
             group = await self.store.load_group(group_id)
             owner = await self.store.group_owner(group_id)
         except StoreUnavailable as e:
-            self.store_failed()
+            self._store_failed()
             raise CoordinatorNotAvailable(str(e)) from e
         if owner is not None and owner != (self.store.replica_id, self.store.owner_epoch):
             raise NotCoordinator(f"Group {group_id} is owned by {owner[0]} at owner epoch {owner[1]}.")

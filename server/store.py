@@ -414,7 +414,7 @@ HELD_CONNECTIONS = 2
 
 
 class PostgresStore:
-    def __init__(self, pool: asyncpg.Pool, replica_id: str) -> None:
+    def __init__(self, pool: asyncpg.Pool, replica_id: str, *, close_timeout_s: float = 10.0) -> None:
         self._pool = pool
         self.replica_id = replica_id or f"regroup-{uuid.uuid4()}"
         self.owner_epoch = 0
@@ -427,7 +427,7 @@ class PostgresStore:
         self._held_limit = max(0, min(HELD_CONNECTIONS, pool.get_max_size() - 1))
         self._closing = False
         #: How long `close` waits for connections in use before it terminates them.
-        self.close_timeout_s = 10.0
+        self.close_timeout_s = close_timeout_s
 
     @classmethod
     async def connect(
@@ -446,9 +446,7 @@ class PostgresStore:
             )
         except (OSError, asyncpg.PostgresError) as e:
             raise StoreUnavailable(f"Cannot connect to Postgres: {e}") from e
-        store = cls(pool, replica_id)
-        store.close_timeout_s = timeout_s
-        return store
+        return cls(pool, replica_id, close_timeout_s=timeout_s)
 
     async def close(self) -> None:
         # The pool's close waits for every connection to come back: a write still
@@ -457,7 +455,8 @@ class PostgresStore:
         while self._held:
             await self._unhold(self._held.pop())
         try:
-            await asyncio.wait_for(self._pool.close(), self.close_timeout_s)
+            async with asyncio.timeout(self.close_timeout_s):
+                await self._pool.close()
         except TimeoutError:
             # A connection stuck in a call the database never answers must not keep the
             # service from stopping; asyncpg's close terminates the pool when cancelled.

@@ -30,6 +30,7 @@ from regroup.reconciler.messages import OwnedTopicPartitions
 from regroup.server.clock import ManualClock
 from regroup.server.memstore import MemoryStore
 from regroup.server.runtime import Coordinator
+from regroup.server.storewatch import StoreWatch
 
 GROUP = "g"
 TOPIC = "t"
@@ -43,6 +44,10 @@ REBALANCE_TIMEOUT_MS = 60_000
 MARGIN_MS = 300
 #: Responses a client may lose in a row; the next one gets through.
 MAX_LOSSES = 2
+
+
+async def _nothing(available: bool) -> None:
+    pass
 
 
 @dataclass
@@ -85,6 +90,7 @@ class OutageMachine(RuleBasedStateMachine):
         self.store = MemoryStore()
         config = GroupConfig(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=INTERVAL_MS)
         self.coordinator = Coordinator(self.store, config, self.clock, run_timers=False)
+        self.watch = self.coordinator.watch = StoreWatch(self.store.ping, _nothing, interval_s=1.0)
         # A fixed topic id: a drawn one would change set orders between runs of an example.
         self.topic_id = "t-id"
         self._run(self.store.put_topic(Topic(self.topic_id, TOPIC, PARTITIONS)))
@@ -236,7 +242,8 @@ class OutageMachine(RuleBasedStateMachine):
         (longer than the session, often) while the live clients heartbeat at their
         own times; then it comes back."""
         self.store.down = True
-        self.coordinator.store_down = watch
+        if watch:
+            self.watch_catches_up()
         now = self.clock.now_ms()
         # Those with an interval of session left will heartbeat in time: they must keep it
         # (unless a lost response left them at an epoch the coordinator would fence anyway).
@@ -259,8 +266,8 @@ class OutageMachine(RuleBasedStateMachine):
             assert client.epoch > 0, f"{client.member_id} lost its session in the outage: {client.events}"
         self.store.down = False
         if watch:
-            self.time_passes(INTERVAL_MS // 4)  # the watch's next ping sees it back
-            self.coordinator.store_down = False
+            self.time_passes(INTERVAL_MS // 4)
+            self.watch_catches_up()  # the watch's next ping sees it back
 
     @rule(n=st.integers(1, 3))
     def writes_commit_then_fail(self, n: int) -> None:
@@ -268,8 +275,10 @@ class OutageMachine(RuleBasedStateMachine):
 
     @rule()
     def watch_catches_up(self) -> None:
-        """The store watch's next ping: the coordinator learns what the store does."""
-        self.coordinator.store_down = self.store.down
+        """The store watch's next ping (the real watch, ticked by the test rather than its
+        own task): the coordinator learns what the store does."""
+        self._run(self.watch.check())
+        assert self.coordinator.store_down == self.store.down
 
     # -- checks ------------------------------------------------------------------
 
@@ -297,7 +306,7 @@ class OutageMachine(RuleBasedStateMachine):
         """The store is back for good: within a few rounds the group is Stable, every
         live client holds its target, and none of them loses its session any more."""
         self.store.down, self.store.commit_then_fail = False, 0
-        self.coordinator.store_down = False
+        self.watch_catches_up()
         live = [c for c in self.clients if c.live]
         for _ in range(3 * SESSION_MS // INTERVAL_MS + 10):
             self.clock.advance(INTERVAL_MS)
