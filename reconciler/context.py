@@ -50,6 +50,9 @@ class GroupConfig:
 class Context:
     """The inputs of one operation besides the group and the request."""
 
+    #: The operation's time in wall-clock epoch milliseconds: values derived from it
+    #: are stored and sent. Timer deadlines are stated in it too; the shell arms them
+    #: at the same distance on a monotonic clock (server/clock.py says which is which).
     now_ms: int
     config: GroupConfig
     image: TopicsImage

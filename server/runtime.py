@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -195,7 +195,7 @@ class Coordinator:
         self.connectors = await self.store.load_connectors()
         self._connect_images.clear()
         self.groups = await self.store.load_groups()
-        now = self.clock.now_ms()
+        now = self.clock.monotonic_ms()
         for group in self.groups.values():
             self._arm_loaded_timers(group, now)
         self.log.info(
@@ -276,6 +276,7 @@ class Coordinator:
         """
         group: Group | None = None
         outcome: Result[T] | Awaitable[Result[T]] | None = None
+        op_now_ms = 0
         if self._locks.idle(group_id) and group_id not in self._stale:
             # Nothing is in flight for the group, so memory is current and, until
             # this awaits, nothing else can run on it: compute before taking the
@@ -283,16 +284,17 @@ class Coordinator:
             # an operation that writes or awaits takes the lock (free, so
             # without yielding) before its first await.
             group = self.groups.get(group_id)
-            outcome = op(group, self._context(group_id, group, group_type, new_member_id))
+            ctx = self._context(group_id, group, group_type, new_member_id)
+            outcome, op_now_ms = op(group, ctx), ctx.now_ms
             if isinstance(outcome, Result) and not outcome.records:
-                self._apply_timers(group_id, outcome.timers)
+                self._apply_timers(group_id, outcome.timers, op_now_ms)
                 return outcome.response
         lock = self._locks.take(group_id)
         try:
             async with lock:
                 if outcome is None:
                     return await self._run_locked(group_id, op, cause, new_member_id, group_type)
-                return await self._finish(group_id, group, outcome, cause)
+                return await self._finish(group_id, group, outcome, cause, op_now_ms)
         finally:
             self._locks.give_back(group_id)
 
@@ -301,7 +303,7 @@ class Coordinator:
     ) -> Context:
         image = self.image_for(group_id, group.group_type if group is not None else group_type)
         return Context(
-            now_ms=self.clock.now_ms(), config=self.config, image=image, new_member_id=new_member_id
+            now_ms=self.clock.wall_ms(), config=self.config, image=image, new_member_id=new_member_id
         )
 
     async def _run_locked(
@@ -314,15 +316,20 @@ class Coordinator:
     ) -> T:
         """Runs `op` with the group's lock held."""
         group = await self._current_group(group_id)
-        outcome = op(group, self._context(group_id, group, group_type, new_member_id))
-        return await self._finish(group_id, group, outcome, cause)
+        ctx = self._context(group_id, group, group_type, new_member_id)
+        return await self._finish(group_id, group, op(group, ctx), cause, ctx.now_ms)
 
     async def _finish(
-        self, group_id: str, group: Group | None, outcome: Result[T] | Awaitable[Result[T]], cause: str
+        self,
+        group_id: str,
+        group: Group | None,
+        outcome: Result[T] | Awaitable[Result[T]],
+        cause: str,
+        op_now_ms: int,
     ) -> T:
         """With the group's lock held: awaits `op`'s result if it is computed
         elsewhere, stores its records, replays them onto the group and applies
-        its timers."""
+        its timers (`op_now_ms`: the operation's time, which they are relative to)."""
         write: PreparedWrite | None = None
         if isinstance(outcome, Result):
             result = outcome
@@ -345,7 +352,7 @@ class Coordinator:
             else:
                 self.groups[group_id] = replayed
                 self.assigner.observe(group_id, replayed, result.records)
-        self._apply_timers(group_id, result.timers)
+        self._apply_timers(group_id, result.timers, op_now_ms)
         return result.response
 
     async def _store(self, group_id: str, records: Sequence[Record], write: PreparedWrite | None) -> None:
@@ -432,18 +439,24 @@ class Coordinator:
             self.groups.pop(group_id, None)
         else:
             self.groups[group_id] = group
-            self._arm_loaded_timers(group, self.clock.now_ms())
+            self._arm_loaded_timers(group, self.clock.monotonic_ms())
         self.log.info("group_reloaded", group_id=group_id, exists=group is not None)
         return group
 
-    def _apply_timers(self, group_id: str, ops: Iterable[TimerOp]) -> None:
+    def _apply_timers(self, group_id: str, ops: Sequence[TimerOp], op_now_ms: int) -> None:
+        """Arms the engine's timers. Their deadlines are in the operation's wall-clock
+        time (`op_now_ms`); they are armed as far ahead on the monotonic clock, so a
+        step of the wall clock neither fires nor delays them (see `clock`)."""
+        if not ops:
+            return
+        shift = self.clock.monotonic_ms() - op_now_ms
         for op in ops:
             match op:
                 case ScheduleSessionTimeout():
-                    self.timers.schedule(TimerKey(group_id, op.member_id, "session"), op.deadline_ms)
+                    self.timers.schedule(TimerKey(group_id, op.member_id, "session"), op.deadline_ms + shift)
                 case ScheduleRebalanceTimeout():
                     self.timers.schedule(
-                        TimerKey(group_id, op.member_id, "rebalance"), op.deadline_ms, op.member_epoch
+                        TimerKey(group_id, op.member_id, "rebalance"), op.deadline_ms + shift, op.member_epoch
                     )
                 case CancelRebalanceTimeout():
                     self.timers.cancel(TimerKey(group_id, op.member_id, "rebalance"))
@@ -452,7 +465,7 @@ class Coordinator:
                 case ScheduleAssignment():
                     key = TimerKey(group_id, "", "assignment")
                     if self.timers.deadline(key) is None:
-                        self.timers.schedule(key, op.deadline_ms)
+                        self.timers.schedule(key, op.deadline_ms + shift)
 
     # -- operations ----------------------------------------------------------------
 
@@ -481,7 +494,7 @@ class Coordinator:
         timer = renewed_session(group, req.member_id, req.member_epoch, in_doubt, ctx)
         if timer is None:
             return refusal
-        self._apply_timers(req.group_id, (timer,))
+        self._apply_timers(req.group_id, (timer,), ctx.now_ms)
         return refusal.renewing(req.member_epoch, self.config.session_timeout_ms)
 
     async def prepare_assignment(self, req: PrepareAssignment) -> PrepareAssignmentResponse:
@@ -602,7 +615,7 @@ class Coordinator:
     # -- timers ----------------------------------------------------------------------
 
     async def _timer_loop(self) -> None:
-        last_run = self.clock.now_ms()
+        last_run = self.clock.monotonic_ms()
         while not self._stopping:
             self.timers.wake.clear()
             deadline = self.timers.next_deadline()
@@ -613,7 +626,7 @@ class Coordinator:
             await self.clock.sleep_until(deadline, self.timers.wake)
             if self._stopping:
                 return
-            last_run = self.clock.now_ms()
+            last_run = self.clock.monotonic_ms()
             try:
                 await self.expire_due()
             except Exception:
@@ -622,11 +635,11 @@ class Coordinator:
     async def expire_due(self) -> list[TimerKey]:
         """Fences the members whose timers are due now; returns the fenced ones."""
         by_group: dict[str, list[tuple[TimerKey, int]]] = defaultdict(list)
-        for key, payload in self.timers.pop_due(self.clock.now_ms()):
+        for key, payload in self.timers.pop_due(self.clock.monotonic_ms()):
             if key == OFFSETS_SWEEP:
                 await self.expire_offsets()
                 self.timers.schedule(
-                    OFFSETS_SWEEP, self.clock.now_ms() + self.config.offsets_retention_check_ms
+                    OFFSETS_SWEEP, self.clock.monotonic_ms() + self.config.offsets_retention_check_ms
                 )
                 continue
             by_group[key.group_id].append((key, payload))
@@ -663,7 +676,7 @@ class Coordinator:
                 error=str(e),
             )
             if self.timers.deadline(key) is None:
-                self.timers.schedule(key, self.clock.now_ms() + TIMER_RETRY_MS, payload)
+                self.timers.schedule(key, self.clock.monotonic_ms() + TIMER_RETRY_MS, payload)
             return False
 
     async def _compute_target(self, key: TimerKey) -> bool:

@@ -134,7 +134,7 @@ class OutageMachine(RuleBasedStateMachine):
         return ConsumerGroupHeartbeat(GROUP, client.member_id, client.epoch, owned_topic_partitions=owned)
 
     def _heartbeat(self, client: Client, lose: bool = False) -> None:
-        sent_at = self.clock.now_ms()
+        sent_at = self.clock.monotonic_ms()
         client.full = True  # until this exchange is answered
         in_doubt_before = self.store.commit_then_fail
         try:
@@ -225,7 +225,7 @@ class OutageMachine(RuleBasedStateMachine):
     def time_passes(self, ms: int) -> None:
         self.clock.advance(ms)
         for client in self.clients:
-            client.expire_if_due(self.clock.now_ms())
+            client.expire_if_due(self.clock.monotonic_ms())
         self._run(self.coordinator.expire_due())
 
     @rule()
@@ -244,7 +244,7 @@ class OutageMachine(RuleBasedStateMachine):
         self.store.down = True
         if watch:
             self.watch_catches_up()
-        now = self.clock.now_ms()
+        now = self.clock.monotonic_ms()
         # Those with an interval of session left will heartbeat in time: they must keep it
         # (unless a lost response left them at an epoch the coordinator would fence anyway).
         keeping = [
@@ -284,7 +284,7 @@ class OutageMachine(RuleBasedStateMachine):
 
     @invariant()
     def no_partition_has_two_holders(self) -> None:
-        now = self.clock.now_ms()
+        now = self.clock.monotonic_ms()
         for client in self.clients:
             client.expire_if_due(now)
         seen: dict[int, str] = {}

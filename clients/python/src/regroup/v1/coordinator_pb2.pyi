@@ -846,6 +846,7 @@ class OffsetFetchResponse(_message.Message):
         committed_member_epoch: _builtins.int
         """The epoch of the member that committed it (-1 for an admin commit)."""
         commit_timestamp_ms: _builtins.int
+        """When the offset was committed, in the coordinator's wall-clock epoch milliseconds."""
         error_code: _common_pb2.ErrorCode.ValueType
         error_message: _builtins.str
         def __init__(
