@@ -4,17 +4,21 @@ A Connect group reuses the consumer machinery whole (epochs, reconciliation,
 fencing, storage) through one mapping: each connector is a resource whose
 unit 0 is the connector itself and unit t + 1 its task t, and every worker
 subscribes to all the connectors of its group. The group's connectors come
-from GroupAdmin.PutConnectors (Connect's config topic), kept per group.
+from GroupAdmin.PutConnectors (Connect's config topic), stored as a record of
+the group and replayed like every other change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from .context import Context, Result
 from .errors import GroupIdNotFound, InvalidRequest
 from .membership import refresh_metadata
 from .model import CONNECT_GROUP_TYPE, Assignment, Group, make_assignment
+from .records import ConnectorsRecord, GroupMetadataRecord, Record
+from .subscription import metadata_hash
 from .topics import MAX_TOPIC_NAME_LENGTH, Topic, TopicsImage
 
 #: Every worker subscribes to every connector of its group.
@@ -70,14 +74,22 @@ def from_connect(connectors: Iterable[str], tasks: Iterable[tuple[str, int]]) ->
     return make_assignment(pairs)
 
 
-def put_connectors(group: Group | None, ctx: Context) -> Result[int]:
-    """Runs with the group's new connectors as `ctx.image`: bumps the epoch if they changed.
+def put_connectors(group: Group | None, connectors: Sequence[tuple[str, int]], ctx: Context) -> Result[int]:
+    """Sets a Connect group's connectors; bumps its epoch if its workers' resources changed.
 
-    Returns the group epoch afterwards (0 when no worker created the group yet)."""
-    if group is None:
-        return Result(0)
-    if group.group_type != CONNECT_GROUP_TYPE:
+    A group that does not exist yet is created, Empty at epoch 0 (as Connect's case
+    study starts: connectors are configured before workers join). Returns the group
+    epoch afterwards."""
+    wanted = validate_connectors(connectors)
+    if group is not None and group.group_type != CONNECT_GROUP_TYPE:
         raise GroupIdNotFound(f"Group {group.group_id} is not a connect group.")
-    result = refresh_metadata(group, ctx)
-    epoch = group.group_epoch + (1 if result.response else 0)
-    return Result(epoch, result.records, result.timers)
+    records: list[Record] = []
+    if group is None:
+        records.append(GroupMetadataRecord(0, metadata_hash(()), CONNECT_GROUP_TYPE))
+    if group is None or wanted != group.connectors:
+        records.append(ConnectorsRecord(tuple(sorted(wanted.items()))))
+    if group is None:
+        return Result(0, tuple(records))
+    refreshed = refresh_metadata(group, replace(ctx, image=connectors_image(wanted)))
+    epoch = group.group_epoch + (1 if refreshed.response else 0)
+    return Result(epoch, (*records, *refreshed.records), refreshed.timers)

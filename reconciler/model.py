@@ -236,6 +236,7 @@ class Group:
         "assignment_error",
         "assignor_state",
         "computation",
+        "connectors",
         "group_epoch",
         "group_id",
         "group_type",
@@ -265,6 +266,8 @@ class Group:
         #: The client-side computation under way (soft state, never stored: a
         #: restarted coordinator simply chooses again).
         self.computation: Computation | None = None
+        #: A Connect group's connectors and task counts (stored; empty otherwise).
+        self.connectors: dict[str, int] = {}
         #: Committed offsets by (topic id, partition).
         self.offsets: dict[tuple[str, int], CommittedOffset] = {}
         self._instance_index: dict[str, str] = {}

@@ -145,6 +145,14 @@ class AssignorStateRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectorsRecord:
+    """A Connect group's connectors and their task counts (GroupAdmin.PutConnectors),
+    replacing the previous set: Connect's config topic, as a record of the group."""
+
+    connectors: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ComputationRecord:
     """Soft state, never stored: the client-side computation under way (None: none)."""
 
@@ -162,6 +170,7 @@ Record = (
     | CurrentAssignmentRecord
     | CurrentAssignmentTombstone
     | AssignorStateRecord
+    | ConnectorsRecord
     | ComputationRecord
     | OffsetCommitRecord
     | OffsetTombstone

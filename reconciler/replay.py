@@ -21,6 +21,7 @@ from .model import (
 from .records import (
     AssignorStateRecord,
     ComputationRecord,
+    ConnectorsRecord,
     CurrentAssignmentRecord,
     CurrentAssignmentTombstone,
     GroupMetadataRecord,
@@ -90,6 +91,9 @@ def replay(group: Group, record: Record) -> None:
             group.assignment_error = record.error
         case ComputationRecord():
             group.computation = record.computation
+        case ConnectorsRecord():
+            # A new dict each time: the shell caches the resource image per dict.
+            group.connectors = dict(record.connectors)
         case OffsetCommitRecord():
             group.offsets[(record.topic_id, record.partition)] = CommittedOffset(
                 record.offset, record.metadata, record.member_epoch, record.commit_ms

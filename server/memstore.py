@@ -29,7 +29,6 @@ class MemoryStore:
         self.commit_then_fail = 0
         self._log: dict[str, list[Record]] = {}
         self._topics: dict[str, Topic] = {}
-        self._connectors: dict[str, dict[str, int]] = {}
         self._owner_epochs = 0
 
     def _reach(self) -> None:
@@ -62,7 +61,6 @@ class MemoryStore:
         for record in stored:
             if isinstance(record, GroupTombstone):
                 log.clear()  # what the group was before is gone with its rows
-                self._connectors.pop(group_id, None)
             log.append(record)
         self._committed()
 
@@ -96,18 +94,6 @@ class MemoryStore:
     async def delete_topic(self, topic_id: str) -> None:
         self._reach()
         self._topics.pop(topic_id, None)
-        self._committed()
-
-    async def load_connectors(self) -> dict[str, dict[str, int]]:
-        self._reach()
-        return {gid: dict(c) for gid, c in self._connectors.items()}
-
-    async def put_connectors(self, group_id: str, connectors: dict[str, int]) -> None:
-        self._reach()
-        if connectors:
-            self._connectors[group_id] = dict(connectors)
-        else:
-            self._connectors.pop(group_id, None)
         self._committed()
 
 

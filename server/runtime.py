@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -46,7 +46,7 @@ from regroup.reconciler import (
     replay_all,
 )
 from regroup.reconciler.client_assignment import install_assignment, prepare_assignment
-from regroup.reconciler.connect import connectors_image, put_connectors, validate_connectors
+from regroup.reconciler.connect import connectors_image, put_connectors
 from regroup.reconciler.errors import (
     CoordinatorNotAvailable,
     GroupIdNotFound,
@@ -68,6 +68,7 @@ from regroup.reconciler.offsets import (
     fetch_offsets,
 )
 from regroup.reconciler.records import (
+    ConnectorsRecord,
     CurrentAssignmentRecord,
     GroupMetadataRecord,
     MemberMetadataRecord,
@@ -163,10 +164,9 @@ class Coordinator:
         self.clock = clock
         self.groups: dict[str, Group] = {}
         self.image = TopicsImage()
-        #: Connect groups: connectors and task counts per group, and the
-        #: resource image built from them (the consumer groups' topics' analogue).
-        self.connectors: dict[str, dict[str, int]] = {}
-        self._connect_images: dict[str, TopicsImage] = {}
+        #: Connect groups' resource images (the consumer groups' topics' analogue), each
+        #: with the connectors dict it was built from: replaying new connectors replaces it.
+        self._connect_images: dict[str, tuple[dict[str, int], TopicsImage]] = {}
         self.timers = TimerQueue()
         self._run_timers = run_timers
         self._locks = _KeyedLocks()
@@ -192,7 +192,6 @@ class Coordinator:
         self._stopping = False
         owner_epoch = await self.store.claim_ownership()
         self.image = TopicsImage(await self.store.load_topics(), version=1)
-        self.connectors = await self.store.load_connectors()
         self._connect_images.clear()
         self.groups = await self.store.load_groups()
         now = self.clock.monotonic_ms()
@@ -249,15 +248,18 @@ class Coordinator:
 
     def image_for(self, group_id: str, group_type: str | None = None) -> TopicsImage:
         """The resources a group's members share: topics, or a Connect group's connectors."""
-        if group_type is None:
-            group = self.groups.get(group_id)
-            group_type = None if group is None else group.group_type
+        group = self.groups.get(group_id)
+        if group is not None:
+            group_type = group.group_type
         if group_type != CONNECT_GROUP_TYPE:
             return self.image
-        image = self._connect_images.get(group_id)
-        if image is None:
-            image = self._connect_images[group_id] = connectors_image(self.connectors.get(group_id, {}))
-        return image
+        connectors = {} if group is None else group.connectors
+        cached = self._connect_images.get(group_id)
+        if cached is None or cached[0] is not connectors:
+            cached = (connectors, connectors_image(connectors))
+            if group is not None:
+                self._connect_images[group_id] = cached
+        return cached[1]
 
     async def run(
         self,
@@ -348,6 +350,7 @@ class Coordinator:
                 raise
             if replayed is None:
                 self.groups.pop(group_id, None)
+                self._connect_images.pop(group_id, None)
                 self.assigner.forget((group_id,))
             else:
                 self.groups[group_id] = replayed
@@ -357,24 +360,13 @@ class Coordinator:
 
     async def _store(self, group_id: str, records: Sequence[Record], write: PreparedWrite | None) -> None:
         """Stores `records` (as `write` when it was prepared already)."""
-        # A plain try rather than `_storing`: this runs for every write, and an async
-        # context manager costs a generator and two more awaits each time.
+        # A plain try rather than a context manager: this runs for every write, and an
+        # async one costs a generator and two more awaits each time.
         self._refuse_if_store_down(group_id)
         try:
             await self.store.append(group_id, write or records)
         except (StoreUnavailable, NotOwner) as e:
             raise self._write_failed(group_id, e, WriteInDoubt.of(records)) from e
-        except StoreConflict as e:
-            raise self._write_conflicted(group_id, e) from e
-
-    @contextlib.asynccontextmanager
-    async def _storing(self, group_id: str) -> AsyncIterator[None]:
-        """Maps the store's failures of a write to the group to protocol errors."""
-        self._refuse_if_store_down(group_id)
-        try:
-            yield
-        except (StoreUnavailable, NotOwner) as e:
-            raise self._write_failed(group_id, e) from e
         except StoreConflict as e:
             raise self._write_conflicted(group_id, e) from e
 
@@ -548,35 +540,13 @@ class Coordinator:
         return expired
 
     async def put_connectors(self, group_id: str, connectors: Sequence[tuple[str, int]]) -> int:
-        """Sets a Connect group's connectors; returns the group epoch afterwards."""
-        wanted = validate_connectors(connectors)
-        lock = self._locks.take(group_id)
-        try:
-            async with lock:
-                group = await self._current_group(group_id)
-                if group is not None and group.group_type != CONNECT_GROUP_TYPE:
-                    raise GroupIdNotFound(f"Group {group_id} is not a connect group.")
-                if wanted != self.connectors.get(group_id, {}):
-                    await self._store_connectors(group_id, wanted)
-                return await self._run_locked(
-                    group_id,
-                    lambda g, ctx: put_connectors(g, ctx),
-                    "connectors_changed",
-                    "",
-                    "connect",
-                )
-        finally:
-            self._locks.give_back(group_id)
+        """Sets a Connect group's connectors (creating the group if needed); returns
+        the group epoch afterwards."""
 
-    async def _store_connectors(self, group_id: str, connectors: dict[str, int]) -> None:
-        async with self._storing(group_id):
-            await self.store.put_connectors(group_id, connectors)
-        if connectors:
-            self.connectors[group_id] = connectors
-        else:
-            self.connectors.pop(group_id, None)
-        self._connect_images.pop(group_id, None)
-        self.log.info("connectors_changed", group_id=group_id, connectors=len(connectors))
+        def op(group: Group | None, ctx: Context) -> Result[int]:
+            return put_connectors(group, connectors, ctx)
+
+        return await self.run(group_id, op, cause="connectors_changed", group_type=CONNECT_GROUP_TYPE)
 
     async def delete_group(self, group_id: str) -> None:
         def op(group: Group | None, ctx: Context) -> Result[None]:
@@ -585,9 +555,6 @@ class Coordinator:
             return delete_group(group)
 
         await self.run(group_id, op, cause="delete")
-        # The store deleted the group's connectors with it.
-        self.connectors.pop(group_id, None)
-        self._connect_images.pop(group_id, None)
 
     async def refresh_groups(self, topic_names: Collection[str] | None = None) -> None:
         """Bumps the epoch of every group whose subscribed topics changed.
@@ -862,6 +829,8 @@ class Coordinator:
                     epoch = record.group_epoch
                 case TargetAssignmentMemberRecord():
                     targets_changed += 1
+                case ConnectorsRecord():
+                    log.info("connectors_changed", connectors=len(record.connectors))
                 case TargetAssignmentEpochRecord():
                     log.info(
                         "target_assignment_computed",

@@ -23,6 +23,7 @@ from regroup.reconciler import Group, Record, Topic, replay_all
 from regroup.reconciler.model import Assignment, ClientAssignor, MemberState
 from regroup.reconciler.records import (
     AssignorStateRecord,
+    ConnectorsRecord,
     CurrentAssignmentRecord,
     CurrentAssignmentTombstone,
     GroupMetadataRecord,
@@ -90,8 +91,6 @@ class GroupStore(Protocol):
     async def load_topics(self) -> list[Topic]: ...
     async def put_topic(self, topic: Topic) -> None: ...
     async def delete_topic(self, topic_id: str) -> None: ...
-    async def load_connectors(self) -> dict[str, dict[str, int]]: ...
-    async def put_connectors(self, group_id: str, connectors: dict[str, int]) -> None: ...
 
 
 def encode_assignment(assignment: Assignment) -> str:
@@ -157,6 +156,7 @@ class _Batch:
     targets: dict[str, Assignment | None] = field(default_factory=dict)
     current: dict[str, CurrentAssignmentRecord | None] = field(default_factory=dict)
     offsets: dict[tuple[str, int], OffsetCommitRecord | None] = field(default_factory=dict)
+    connectors: ConnectorsRecord | None = None
 
     @classmethod
     def of(cls, records: Iterable[Record]) -> _Batch:
@@ -202,6 +202,8 @@ class _Batch:
                 self.offsets[(record.topic_id, record.partition)] = record
             case OffsetTombstone():
                 self.offsets[(record.topic_id, record.partition)] = None
+            case ConnectorsRecord():
+                self.connectors = record
             case _:
                 pass  # soft records (ComputationRecord) live in memory only
 
@@ -219,6 +221,8 @@ class PreparedWrite:
     deletes: list[tuple[str, list[str]]]
     upserts: list[tuple[str, list[tuple[Any, ...]]]]
     offset_deletes: list[tuple[str, int]] = field(default_factory=list)
+    #: A Connect group's connectors, replacing its stored ones (None: unchanged).
+    connectors: list[tuple[str, str, int]] | None = None
 
     def is_empty(self) -> bool:
         return (
@@ -227,6 +231,7 @@ class PreparedWrite:
             and not self.deletes
             and not self.upserts
             and not self.offset_deletes
+            and self.connectors is None
         )
 
     def is_single_current_assignment(self) -> bool:
@@ -235,6 +240,7 @@ class PreparedWrite:
             and not self.delete_group
             and not self.deletes
             and not self.offset_deletes
+            and self.connectors is None
             and len(self.upserts) == 1
             and self.upserts[0][0] is _UPSERT_CURRENT
             and len(self.upserts[0][1]) == 1
@@ -317,7 +323,10 @@ def prepare_write(group_id: str, records: Sequence[Record]) -> PreparedWrite:
         if rows
     ]
     offset_deletes = sorted(k for k, o in batch.offsets.items() if o is None)
-    return PreparedWrite(group_row, batch.delete_group, deletes, upserts, offset_deletes)
+    connectors = None
+    if batch.connectors is not None and not batch.delete_group:
+        connectors = [(group_id, name, tasks) for name, tasks in batch.connectors.connectors]
+    return PreparedWrite(group_row, batch.delete_group, deletes, upserts, offset_deletes, connectors)
 
 
 _UPSERT_GROUP = """
@@ -589,9 +598,15 @@ class PostgresStore:
                     await conn.execute(sql, *rows[0])
                 else:
                     await conn.executemany(sql, rows)
-            if write.delete_group:
-                await conn.execute("DELETE FROM groups WHERE group_id = $1", group_id)
+            if write.connectors is not None:
                 await conn.execute("DELETE FROM connectors WHERE group_id = $1", group_id)
+                if write.connectors:
+                    await conn.executemany(
+                        "INSERT INTO connectors (group_id, name, tasks) VALUES ($1, $2, $3)", write.connectors
+                    )
+            if write.delete_group:
+                # Its members, assignments, offsets and connectors go with it (ON DELETE CASCADE).
+                await conn.execute("DELETE FROM groups WHERE group_id = $1", group_id)
 
     async def load_groups(self) -> dict[str, Group]:
         """Rebuilds every group by replaying its stored rows as records."""
@@ -631,6 +646,11 @@ class PostgresStore:
                 TargetAssignmentEpochRecord(row["assignment_epoch"]),
                 AssignorStateRecord(bytes(row["assignor_state"]), row["assignment_error"]),
             ]
+        connectors: dict[str, list[tuple[str, int]]] = {}
+        for row in await conn.fetch(f"SELECT * FROM connectors {where} ORDER BY group_id, name", *args):
+            connectors.setdefault(row["group_id"], []).append((row["name"], row["tasks"]))
+        for gid, rows in connectors.items():
+            records[gid].append(ConnectorsRecord(tuple(rows)))
         for row in await conn.fetch(f"SELECT * FROM members {where} ORDER BY group_id, member_id", *args):
             records[row["group_id"]].append(
                 MemberMetadataRecord(
@@ -709,27 +729,6 @@ class PostgresStore:
     async def delete_topic(self, topic_id: str) -> None:
         async with self._transaction() as conn:
             await conn.execute("DELETE FROM topics WHERE topic_id = $1", uuid.UUID(topic_id))
-
-    # -- connectors (Connect groups) ---------------------------------------------
-
-    async def load_connectors(self) -> dict[str, dict[str, int]]:
-        async with self._pool.acquire() as conn:
-            rows = await conn.fetch("SELECT group_id, name, tasks FROM connectors ORDER BY group_id, name")
-        out: dict[str, dict[str, int]] = {}
-        for r in rows:
-            out.setdefault(r["group_id"], {})[r["name"]] = r["tasks"]
-        return out
-
-    async def put_connectors(self, group_id: str, connectors: dict[str, int]) -> None:
-        """Replaces the group's connectors (guarded like any write to the group)."""
-        async with self._transaction() as conn:
-            await self._guard(conn, group_id)
-            await conn.execute("DELETE FROM connectors WHERE group_id = $1", group_id)
-            if connectors:
-                await conn.executemany(
-                    "INSERT INTO connectors (group_id, name, tasks) VALUES ($1, $2, $3)",
-                    [(group_id, name, tasks) for name, tasks in sorted(connectors.items())],
-                )
 
     # -- introspection -----------------------------------------------------------
 

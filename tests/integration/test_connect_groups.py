@@ -242,3 +242,42 @@ async def test_sync_connect_workers_from_threads(workers: Workers) -> None:
     assert held[0] | held[1] == ALL
     # Safety from the callbacks' own timeline: two snapshots taken in turn may straddle a handover.
     workers.registry.assert_safe()
+
+
+async def test_put_connectors_creates_the_group_and_deleting_it_removes_them(fast: Service) -> None:
+    async with GroupAdmin(f"127.0.0.1:{fast.server.port}") as admin:
+        assert await admin.put_connectors("fresh", CONNECTORS) == 0
+        group = await fast.stubs.describe("fresh")
+        assert group.error_code == common_pb2.NONE, group.error_message
+        assert (group.group_type, group.group_state, group.group_epoch) == ("connect", "Empty", 0)
+        assert [(c.name, c.tasks) for c in group.connectors] == [("A", 2), ("B", 1)]
+        assert [(g.group_id, g.group_state) for g in await admin.list_groups(types=["connect"])] == [
+            ("fresh", "Empty")
+        ]
+
+        await admin.delete_group("fresh")
+        assert (await fast.stubs.describe("fresh")).error_code == common_pb2.GROUP_ID_NOT_FOUND
+        rows = await fast.coordinator.store.fetch("SELECT * FROM connectors WHERE group_id = 'fresh'")
+        assert rows == []
+        # A group created again under the id starts without the deleted group's connectors.
+        assert await admin.put_connectors("fresh", {}) == 0
+        assert list((await fast.stubs.describe("fresh")).connectors) == []
+
+
+async def test_connectors_set_before_any_worker_survive_a_restart(start_service: ServiceFactory) -> None:
+    first = await start_service(**FAST)
+    async with GroupAdmin(f"127.0.0.1:{first.server.port}") as admin:
+        await admin.put_connectors("early", CONNECTORS)
+    await first.server.stop()
+    second = await start_service(**FAST)
+    group = await second.stubs.describe("early")
+    assert (group.group_state, [(c.name, c.tasks) for c in group.connectors]) == (
+        "Empty",
+        [("A", 2), ("B", 1)],
+    )
+    w = Workers(second, group="early")
+    try:
+        await w.add("w1")
+        assert (await w.converged())["w1"] == ALL
+    finally:
+        await w.close()

@@ -143,7 +143,9 @@ class GroupAdminServicer:
 
     def PutConnectors(self, request, context):
         """Sets the connectors of a Connect group and their task counts (Connect's
-        config topic): the group is created if needed, and any change of
+        config topic). A group that does not exist is created, Empty at group
+        epoch 0, so connectors can be set before any worker joins; they are
+        deleted with the group. Once the group has workers, any change of
         connectors or task counts bumps its group epoch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

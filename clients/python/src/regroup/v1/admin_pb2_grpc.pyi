@@ -59,7 +59,9 @@ class GroupAdminStub:
     """Deletes empty groups."""
     PutConnectors: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PutConnectorsRequest, _admin_pb2.PutConnectorsResponse]
     """Sets the connectors of a Connect group and their task counts (Connect's
-    config topic): the group is created if needed, and any change of
+    config topic). A group that does not exist is created, Empty at group
+    epoch 0, so connectors can be set before any worker joins; they are
+    deleted with the group. Once the group has workers, any change of
     connectors or task counts bumps its group epoch.
     """
 
@@ -94,7 +96,9 @@ class GroupAdminAsyncStub(GroupAdminStub):
     """Deletes empty groups."""
     PutConnectors: _aio.UnaryUnaryMultiCallable[_admin_pb2.PutConnectorsRequest, _admin_pb2.PutConnectorsResponse]  # type: ignore[assignment]
     """Sets the connectors of a Connect group and their task counts (Connect's
-    config topic): the group is created if needed, and any change of
+    config topic). A group that does not exist is created, Empty at group
+    epoch 0, so connectors can be set before any worker joins; they are
+    deleted with the group. Once the group has workers, any change of
     connectors or task counts bumps its group epoch.
     """
 
@@ -174,7 +178,9 @@ class GroupAdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.PutConnectorsResponse, _abc.Awaitable[_admin_pb2.PutConnectorsResponse]]:
         """Sets the connectors of a Connect group and their task counts (Connect's
-        config topic): the group is created if needed, and any change of
+        config topic). A group that does not exist is created, Empty at group
+        epoch 0, so connectors can be set before any worker joins; they are
+        deleted with the group. Once the group has workers, any change of
         connectors or task counts bumps its group epoch.
         """
 
