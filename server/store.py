@@ -91,6 +91,9 @@ class GroupStore(Protocol):
     async def load_topics(self) -> list[Topic]: ...
     async def put_topic(self, topic: Topic) -> None: ...
     async def delete_topic(self, topic_id: str) -> None: ...
+    async def ping(self) -> None:
+        """One round trip; raises StoreUnavailable when the store cannot be reached."""
+        ...
 
 
 def encode_assignment(assignment: Assignment) -> str:
@@ -508,14 +511,23 @@ class PostgresStore:
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[Conn]:
+        """A pooled connection in a transaction; failures mapped by `_database_error`."""
+        async with self._connection() as conn, conn.transaction():
+            yield conn
+        self.commits += 1
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Conn]:
+        """A pooled connection. Every call to Postgres runs in one of these (or, on the
+        step write's hot path, maps its failures itself): a failure the runtime does not
+        know must never reach a client as INTERNAL."""
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
+            async with self._pool.acquire() as conn:
                 yield conn
         except (NotOwner, StoreUnavailable, StoreConflict):
             raise
         except DATABASE_ERRORS as e:
             raise _database_error(e) from e
-        self.commits += 1
 
     # -- ownership -----------------------------------------------------------
 
@@ -610,32 +622,23 @@ class PostgresStore:
 
     async def load_groups(self) -> dict[str, Group]:
         """Rebuilds every group by replaying its stored rows as records."""
-        async with self._pool.acquire() as conn:
+        async with self._connection() as conn:
             return await self._load(conn, None)
 
     async def load_group(self, group_id: str) -> Group | None:
-        try:
-            async with self._pool.acquire() as conn:
-                groups = await self._load(conn, group_id)
-        except DATABASE_ERRORS as e:
-            raise _database_error(e) from e
+        async with self._connection() as conn:
+            groups = await self._load(conn, group_id)
         return groups.get(group_id)
 
     async def group_owner(self, group_id: str) -> tuple[str, int] | None:
-        try:
-            row = await self._pool.fetchrow(
-                "SELECT owner, owner_epoch FROM groups WHERE group_id = $1", group_id
-            )
-        except DATABASE_ERRORS as e:
-            raise _database_error(e) from e
+        async with self._connection() as conn:
+            row = await conn.fetchrow("SELECT owner, owner_epoch FROM groups WHERE group_id = $1", group_id)
         return None if row is None else (row["owner"], row["owner_epoch"])
 
     async def ping(self) -> None:
         """One round trip to Postgres; raises StoreUnavailable when it fails."""
-        try:
-            await self._pool.fetchval("SELECT 1")
-        except DATABASE_ERRORS as e:
-            raise _database_error(e) from e
+        async with self._connection() as conn:
+            await conn.fetchval("SELECT 1")
 
     async def _load(self, conn: Conn, group_id: str | None) -> dict[str, Group]:
         where, args = ("WHERE group_id = $1", [group_id]) if group_id is not None else ("", [])
@@ -703,10 +706,8 @@ class PostgresStore:
     # -- topics ----------------------------------------------------------------
 
     async def load_topics(self) -> list[Topic]:
-        try:
-            rows = await self._pool.fetch("SELECT * FROM topics ORDER BY name")
-        except DATABASE_ERRORS as e:
-            raise _database_error(e) from e
+        async with self._connection() as conn:
+            rows = await conn.fetch("SELECT * FROM topics ORDER BY name")
         return [
             Topic(str(r["topic_id"]), r["name"], r["num_partitions"], tuple(r["partition_racks"]))
             for r in rows
@@ -733,7 +734,7 @@ class PostgresStore:
     # -- introspection -----------------------------------------------------------
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        async with self._pool.acquire() as conn:
+        async with self._connection() as conn:
             return list(await conn.fetch(sql, *args))
 
 

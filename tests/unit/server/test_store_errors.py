@@ -1,0 +1,73 @@
+"""Every call PostgresStore makes to Postgres goes through one error mapping: a database
+that cannot be reached is StoreUnavailable (COORDINATOR_NOT_AVAILABLE to clients), never
+an asyncpg or OS error that the service would answer as INTERNAL."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from regroup.reconciler import Topic
+from regroup.reconciler.model import MemberState
+from regroup.reconciler.records import CurrentAssignmentRecord, GroupMetadataRecord
+from regroup.server.store import GroupStore, PostgresStore, StoreUnavailable
+
+
+def _refusing_dsn() -> str:
+    """A DSN whose port nothing listens on: every connection attempt is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"postgresql://regroup@127.0.0.1:{port}/regroup"
+
+
+@pytest.fixture
+async def unreachable() -> AsyncIterator[PostgresStore]:
+    # min_size=0: the pool connects on first use, as one whose database went away reconnects.
+    pool = await asyncpg.create_pool(_refusing_dsn(), min_size=0, max_size=2, timeout=2)
+    store = PostgresStore(pool, "r", close_timeout_s=1)
+    yield store
+    await store.close()
+
+
+TOPIC = Topic(str(uuid.uuid4()), "t", 1)
+STEP = CurrentAssignmentRecord("m", MemberState.STABLE, 2, 1, {}, {})
+
+#: Every method of the store contract, called as the runtime calls it.
+CALLS: dict[str, Callable[[GroupStore], Awaitable[Any]]] = {
+    "claim_ownership": lambda s: s.claim_ownership(),
+    "append": lambda s: s.append("g", [GroupMetadataRecord(1, 0, "consumer")]),
+    "load_groups": lambda s: s.load_groups(),
+    "load_group": lambda s: s.load_group("g"),
+    "group_owner": lambda s: s.group_owner("g"),
+    "load_topics": lambda s: s.load_topics(),
+    "put_topic": lambda s: s.put_topic(TOPIC),
+    "delete_topic": lambda s: s.delete_topic(TOPIC.topic_id),
+    "ping": lambda s: s.ping(),
+}
+
+
+def test_every_method_of_the_contract_is_covered() -> None:
+    methods = {
+        name for name, value in vars(GroupStore).items() if callable(value) and not name.startswith("_")
+    }
+    assert methods == set(CALLS)
+
+
+@pytest.mark.parametrize("method", sorted(CALLS))
+async def test_an_unreachable_database_is_store_unavailable(unreachable: PostgresStore, method: str) -> None:
+    with pytest.raises(StoreUnavailable):
+        await CALLS[method](unreachable)
+
+
+async def test_the_one_statement_step_write_maps_its_failures_too(unreachable: PostgresStore) -> None:
+    # The most frequent write skips the transaction (and its context manager) on purpose.
+    with pytest.raises(StoreUnavailable):
+        await unreachable.append("g", [STEP])
+    with pytest.raises(StoreUnavailable):
+        await unreachable.fetch("SELECT 1")
