@@ -9,15 +9,18 @@ for its turn in that single pipeline, however cheap its handler; the stall bench
 `AcceptWidener` adds `depth - 1` more outstanding requests per registered method, each served by
 its own small loop that hands the call to grpc's own per-call machinery (`_handle_rpc`, the same
 coroutine the stock loop runs), so deadlines, cancellation and status codes behave exactly as
-before. regroup's servers have no interceptors; the extra loops pass none. It relies on grpcio
-internals pinned in requirements; when they are missing it logs once and the server runs with the
-stock single pipeline.
+before. Calls accepted by the extra loops pass through the server's interceptors as the stock
+loop's do: grpc keeps a server's interceptors where Python cannot read them, so `widened_server`
+creates the server and its widener from one list (an interceptor that saw only some calls would
+let tracing or authentication miss them silently). It relies on grpcio internals pinned in
+requirements/runtime.txt; when they are missing it logs once and the server runs with the stock
+single pipeline.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -37,14 +40,31 @@ except (ImportError, AttributeError):  # pragma: no cover - depends on the grpci
     SUPPORTED = False
 
 
-class AcceptWidener:
-    """Records a server's registered handlers, then widens its accept pipeline once it started."""
+def widened_server(
+    depth: int,
+    *,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    options: Sequence[tuple[str, Any]] = (),
+) -> tuple[grpc.aio.Server, AcceptWidener]:
+    """A grpc.aio server and its widener, given the same interceptors."""
+    server = grpc.aio.server(interceptors=list(interceptors) or None, options=list(options))
+    return server, AcceptWidener(server, depth, interceptors)
 
-    def __init__(self, server: grpc.aio.Server, depth: int) -> None:
+
+class AcceptWidener:
+    """Records a server's registered handlers, then widens its accept pipeline once it started.
+
+    `interceptors` must be the ones the server was created with (see `widened_server`).
+    """
+
+    def __init__(
+        self, server: grpc.aio.Server, depth: int, interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+    ) -> None:
         if depth < 1:
             raise ValueError(f"accept depth must be at least 1, got {depth}")
         self._server = server
         self._depth = depth
+        self._interceptors = tuple(interceptors)
         self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         self._loops: set[asyncio.Task[None]] = set()
         self._calls: set[asyncio.Task[Any]] = set()
@@ -100,7 +120,8 @@ class AcceptWidener:
                 log.exception("accept_loop_failed", method=method)
                 return
             self.accepted += 1
-            coro = _HANDLE_RPC(method, resolver, (), rpc_state, loop, False)
+            # As grpc's own loop calls it: the server's interceptors, then the handler.
+            coro = _HANDLE_RPC(method, resolver, self._interceptors, rpc_state, loop, False)
             call = loop.create_task(_SCHEDULE_RPC(coro, rpc_state, loop, method), name="rpc_task")
             # The loop holds tasks weakly; keep each call alive until it ends.
             self._calls.add(call)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -13,7 +14,7 @@ from grpc_reflection.v1alpha import reflection
 
 from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
-from .accept import AcceptWidener
+from .accept import AcceptWidener, widened_server
 from .clock import Clock, SystemClock
 from .config import Settings
 from .embedded import start_embedded_postgres
@@ -65,6 +66,9 @@ class RegroupServer:
     settings: Settings
     clock: Clock = field(default_factory=SystemClock)
     run_timers: bool = True
+    #: Server interceptors (tracing, authentication): every call passes through them,
+    #: whichever accept loop took it.
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
     coordinator: Coordinator | None = None
     port: int = 0
     _server: grpc.aio.Server | None = None
@@ -87,10 +91,11 @@ class RegroupServer:
         await self.coordinator.start()
 
         limit = self.settings.max_message_bytes
-        server = grpc.aio.server(
-            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+        server, widener = widened_server(
+            self.settings.accept_depth,
+            interceptors=self.interceptors,
+            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
         )
-        widener = AcceptWidener(server, self.settings.accept_depth)
         coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
             GroupCoordinatorService(self.coordinator), server
         )

@@ -4,7 +4,7 @@ port, and the real generated gRPC client."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -57,12 +57,14 @@ async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
     """Starts servers on the test's database; stops them all at the end."""
     started: list[Service] = []
 
-    async def start(clock: Any = None, run_timers: bool = True, **overrides: Any) -> Service:
+    async def start(
+        clock: Any = None, run_timers: bool = True, interceptors: Sequence[Any] = (), **overrides: Any
+    ) -> Service:
         # Targets are computed on every bump unless a test asks for batching,
         # so that tests can drive rounds of heartbeats without waiting.
         overrides.setdefault("assignment_interval_ms", 0)
         settings = Settings(listen="127.0.0.1:0", database_url=database, shutdown_grace_s=0.5, **overrides)
-        server = RegroupServer(settings, run_timers=run_timers)
+        server = RegroupServer(settings, run_timers=run_timers, interceptors=interceptors)
         if clock is not None:
             server.clock = clock
         await server.start()

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from typing import Any
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from regroup.server.accept import SUPPORTED
 from regroup.v1 import common_pb2, coordinator_pb2
@@ -123,3 +127,78 @@ async def test_an_accept_loop_that_core_refuses_ends_instead_of_spinning() -> No
     await asyncio.wait_for(widener._accept(refusing, "/svc/M", None, asyncio.get_running_loop()), timeout=5)
 
     assert refusing.requests == 1
+
+
+class Recording(grpc.aio.ServerInterceptor):
+    """A tracing-like interceptor: counts the calls it sees, by method."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[str] = Counter()
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        self.seen[details.method] += 1
+        return await continuation(details)
+
+
+async def _deny(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a token is required")
+
+
+class Authenticating(grpc.aio.ServerInterceptor):
+    """An authentication-like interceptor: refuses calls without the token."""
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        if ("authorization", "Bearer ok") in tuple(details.invocation_metadata or ()):
+            return await continuation(details)
+        return grpc.unary_unary_rpc_method_handler(_deny)
+
+
+HEARTBEAT = "/regroup.v1.GroupCoordinator/ConsumerGroupHeartbeat"
+DESCRIBE = "/regroup.v1.GroupAdmin/DescribeGroups"
+HEALTH = "/grpc.health.v1.Health/Check"
+
+
+@pytest.mark.parametrize("depth", [1, 2, 8])
+async def test_an_interceptor_sees_every_call_at_every_depth(
+    start_service: ServiceFactory, depth: int
+) -> None:
+    recording = Recording()
+    service = await start_service(accept_depth=depth, interceptors=[recording])
+    await service.stubs.create_topic("orders", 40)
+    members = [WireMember(service.stubs.coordinator, "g", f"m{i}", ["orders"]) for i in range(40)]
+    health = health_pb2_grpc.HealthStub(service.stubs.channel)
+    rounds = 3
+    for _ in range(rounds):
+        await asyncio.gather(
+            *(m.heartbeat() for m in members),
+            *(service.stubs.describe("g") for _ in range(20)),
+            *(health.Check(health_pb2.HealthCheckRequest()) for _ in range(10)),
+        )
+
+    assert recording.seen[HEARTBEAT] == rounds * 40
+    assert recording.seen[DESCRIBE] == rounds * 20
+    assert recording.seen[HEALTH] == rounds * 10
+    widener = service.server.widener
+    assert widener is not None
+    # At depth 1 the stock loop takes every call; deeper, the extra loops take some.
+    assert (widener.accepted > 0) is (depth > 1)
+
+
+async def test_an_authenticating_interceptor_refuses_calls_taken_by_any_loop(
+    start_service: ServiceFactory,
+) -> None:
+    service = await start_service(accept_depth=8, interceptors=[Authenticating()])
+    heartbeat = service.stubs.coordinator.ConsumerGroupHeartbeat
+    request = coordinator_pb2.ConsumerGroupHeartbeatRequest(group_id="", member_id="m", member_epoch=0)
+
+    refused = await asyncio.gather(*(heartbeat(request) for _ in range(40)), return_exceptions=True)
+    assert {e.code() for e in refused if isinstance(e, grpc.aio.AioRpcError)} == {
+        grpc.StatusCode.UNAUTHENTICATED
+    }
+    assert all(isinstance(e, grpc.aio.AioRpcError) for e in refused)
+
+    token = (("authorization", "Bearer ok"),)
+    answered = await asyncio.gather(*(heartbeat(request, metadata=token) for _ in range(40)))
+    assert {r.error_code for r in answered} == {common_pb2.INVALID_REQUEST}
+    widener = service.server.widener
+    assert widener is not None and widener.accepted > 0
