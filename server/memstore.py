@@ -1,35 +1,54 @@
 """An in-memory store, for tests of the coordinator runtime without a database.
 
 It keeps each group's stored records and rebuilds the group by replaying them on
-every load, as the Postgres store rebuilds it from its rows. Outages are injected:
-`down` refuses every call, as an unreachable Postgres does, and `commit_then_fail`
-makes writes commit and then fail, as a connection lost before the commit's
-acknowledgement does (a write in doubt).
+every load, as the Postgres store rebuilds it from its rows. Several stores may
+share one `MemoryDatabase`, as replicas share Postgres: ownership is fenced as the
+Postgres store fences it (tests/integration/test_store_contract.py holds both to
+one contract). Outages are injected: `down` refuses every call, as an unreachable
+Postgres does, and `commit_then_fail` makes writes commit and then fail, as a
+connection lost before the commit's acknowledgement does (a write in doubt).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from regroup.reconciler import Group, Record, Topic, replay_all
-from regroup.reconciler.records import SOFT_RECORDS, GroupTombstone
+from regroup.reconciler.records import (
+    SOFT_RECORDS,
+    CurrentAssignmentRecord,
+    GroupTombstone,
+    TargetAssignmentEpochRecord,
+)
 
-from .store import GroupStore, PreparedWrite, StoreConflict, StoreUnavailable
+from .store import GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable
+
+
+@dataclass
+class MemoryDatabase:
+    """What Postgres holds, for stores that share it."""
+
+    #: Each group's stored records since it was created.
+    log: dict[str, list[Record]] = field(default_factory=dict)
+    #: Each group's owner: (replica id, owner epoch).
+    owners: dict[str, tuple[str, int]] = field(default_factory=dict)
+    topics: dict[str, Topic] = field(default_factory=dict)
+    #: The owner epoch sequence.
+    owner_epochs: int = 0
 
 
 class MemoryStore:
-    def __init__(self, replica_id: str = "memory") -> None:
+    def __init__(self, replica_id: str = "memory", database: MemoryDatabase | None = None) -> None:
         self.replica_id = replica_id
         self.owner_epoch = 0
+        self.database = database if database is not None else MemoryDatabase()
         #: Transactions committed (as PostgresStore counts them).
         self.commits = 0
         #: While set, every call fails as with an unreachable database.
         self.down = False
         #: While positive, each write commits, then fails (and counts down).
         self.commit_then_fail = 0
-        self._log: dict[str, list[Record]] = {}
-        self._topics: dict[str, Topic] = {}
-        self._owner_epochs = 0
 
     def _reach(self) -> None:
         if self.down:
@@ -46,55 +65,82 @@ class MemoryStore:
 
     async def claim_ownership(self) -> int:
         self._reach()
-        self._owner_epochs += 1
-        self.owner_epoch = self._owner_epochs
+        db = self.database
+        db.owner_epochs += 1
+        self.owner_epoch = db.owner_epochs
+        for group_id in db.owners:
+            db.owners[group_id] = (self.replica_id, self.owner_epoch)
+        self._committed()
         return self.owner_epoch
+
+    def _guard(self, group_id: str, records: Sequence[Record]) -> None:
+        """As PostgresStore: a group another replica owns refuses the write; a lone step
+        write (its one-statement path) also refuses a group that is not stored."""
+        owner = self.database.owners.get(group_id)
+        me = (self.replica_id, self.owner_epoch)
+        lone_step = len(records) == 1 and type(records[0]) is CurrentAssignmentRecord
+        if (owner is not None and owner != me) or (owner is None and lone_step):
+            holder = "nobody" if owner is None else f"{owner[0]} at owner epoch {owner[1]}"
+            raise NotOwner(f"Group {group_id} is owned by {holder}.")
 
     async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
         if isinstance(records, PreparedWrite):
             raise NotImplementedError("MemoryStore stores records, not prepared rows")
         self._reach()
-        stored = [r for r in records if not isinstance(r, SOFT_RECORDS)]
+        stored = [_as_stored(r) for r in records if not isinstance(r, SOFT_RECORDS)]
         if not stored:
             return
-        log = self._log.setdefault(group_id, [])
+        self._guard(group_id, stored)
+        db = self.database
+        log = db.log.setdefault(group_id, [])
         for record in stored:
             if isinstance(record, GroupTombstone):
                 log.clear()  # what the group was before is gone with its rows
             log.append(record)
+        if len(log) == 1 and isinstance(log[0], GroupTombstone):  # deleted, not created again
+            db.log.pop(group_id, None)
+            db.owners.pop(group_id, None)
+        else:
+            db.owners[group_id] = (self.replica_id, self.owner_epoch)
         self._committed()
 
     async def load_groups(self) -> dict[str, Group]:
         self._reach()
-        groups = {gid: replay_all(None, gid, log) for gid, log in self._log.items()}
+        groups = {gid: replay_all(None, gid, log) for gid, log in self.database.log.items()}
         return {gid: g for gid, g in groups.items() if g is not None}
 
     async def load_group(self, group_id: str) -> Group | None:
         self._reach()
-        return replay_all(None, group_id, self._log.get(group_id, ()))
+        return replay_all(None, group_id, self.database.log.get(group_id, ()))
 
     async def group_owner(self, group_id: str) -> tuple[str, int] | None:
         self._reach()
-        if replay_all(None, group_id, self._log.get(group_id, ())) is None:
-            return None
-        return (self.replica_id, self.owner_epoch)
+        return self.database.owners.get(group_id)
 
     async def load_topics(self) -> list[Topic]:
         self._reach()
-        return sorted(self._topics.values(), key=lambda t: t.name)
+        return sorted(self.database.topics.values(), key=lambda t: t.name)
 
     async def put_topic(self, topic: Topic) -> None:
         self._reach()
-        same_name = next((t for t in self._topics.values() if t.name == topic.name), None)
+        topics = self.database.topics
+        same_name = next((t for t in topics.values() if t.name == topic.name), None)
         if same_name is not None and same_name.topic_id != topic.topic_id:
             raise StoreConflict("topics_name_key", f"Topic name {topic.name!r} is taken")
-        self._topics[topic.topic_id] = topic
+        topics[topic.topic_id] = topic
         self._committed()
 
     async def delete_topic(self, topic_id: str) -> None:
         self._reach()
-        self._topics.pop(topic_id, None)
+        self.database.topics.pop(topic_id, None)
         self._committed()
+
+
+def _as_stored(record: Record) -> Record:
+    """The record as Postgres keeps it: when a target was computed is not stored."""
+    if isinstance(record, TargetAssignmentEpochRecord) and record.computed_at_ms is not None:
+        return TargetAssignmentEpochRecord(record.assignment_epoch)
+    return record
 
 
 def _conforms(store: MemoryStore) -> GroupStore:

@@ -1,0 +1,206 @@
+"""One contract, two stores: PostgresStore and the in-memory MemoryStore the runtime's
+unit tests use. Every test runs on both, so that what a unit test proves on the memory
+store holds for Postgres: what is loaded is what replaying the stored records gives
+(soft state excepted), deletion takes every row of a group, ownership is fenced, topics
+keep their names unique."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from regroup.reconciler import Group, Record, Topic, replay_all
+from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Computation, MemberState
+from regroup.reconciler.records import (
+    AssignorStateRecord,
+    ComputationRecord,
+    ConnectorsRecord,
+    CurrentAssignmentRecord,
+    GroupMetadataRecord,
+    GroupTombstone,
+    MemberMetadataRecord,
+    OffsetCommitRecord,
+    OffsetTombstone,
+    TargetAssignmentEpochRecord,
+    TargetAssignmentMemberRecord,
+    member_removal_records,
+)
+from regroup.server.memstore import MemoryDatabase, MemoryStore
+from regroup.server.store import GroupStore, NotOwner, PostgresStore, StoreConflict
+from tests.support.pg import EmbeddedPostgres
+
+pytestmark = pytest.mark.integration
+
+#: A new store (a replica) on the test's one database.
+NewStore = Callable[[str], Awaitable[Any]]
+
+
+@pytest.fixture(params=["memory", "postgres"])
+async def new_store(request: pytest.FixtureRequest, postgres: EmbeddedPostgres) -> AsyncIterator[NewStore]:
+    opened: list[PostgresStore] = []
+    if request.param == "memory":
+        database = MemoryDatabase()
+
+        async def memory(replica_id: str) -> GroupStore:
+            return MemoryStore(replica_id, database)
+
+        yield memory
+        return
+    dsn = await postgres.migrated_database()
+
+    async def postgres_store(replica_id: str) -> GroupStore:
+        store = await PostgresStore.connect(dsn, replica_id, max_size=2)
+        opened.append(store)
+        return store
+
+    yield postgres_store
+    for store in opened:
+        await store.close()
+
+
+async def owner(new_store: NewStore, replica_id: str = "r1") -> GroupStore:
+    store: GroupStore = await new_store(replica_id)
+    await store.claim_ownership()
+    return store
+
+
+def stored_view(group: Group | None) -> Any:
+    """What a store keeps of a group: everything but soft state."""
+    if group is None:
+        return None
+    return {
+        "type": group.group_type,
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
+        "metadata_hash": group.metadata_hash,
+        "members": dict(sorted(group.members.items())),
+        "target": dict(sorted(group.target.items())),
+        "offsets": dict(sorted(group.offsets.items())),
+        "assignor_state": (group.assignor_state, group.assignment_error),
+        "connectors": dict(group.connectors),
+    }
+
+
+MEMBER = MemberMetadataRecord(
+    member_id="m1",
+    instance_id="i1",
+    rack_id="rack-a",
+    client_id="client",
+    client_host="/10.0.0.1",
+    subscribed_topic_names=("a", "b"),
+    subscribed_topic_regex="c.*",
+    server_assignor="uniform",
+    rebalance_timeout_ms=30_000,
+    client_assignors=(ClientAssignor("x", 0, 2, 1, 1, b"\x00meta"),),
+    url="http://w1",
+)
+OTHER = MemberMetadataRecord("m2", None, None, "", "", ("a",), None, None, 1_000)
+CREATED: tuple[Record, ...] = (
+    GroupMetadataRecord(3, -1234567890123, "consumer"),
+    MEMBER,
+    OTHER,
+    TargetAssignmentMemberRecord("m1", {"a": frozenset({0, 1}), "b": frozenset({2})}),
+    TargetAssignmentMemberRecord("m2", {"a": frozenset({2})}),
+    TargetAssignmentEpochRecord(3, computed_at_ms=1_767_225_600_000),
+    CurrentAssignmentRecord(
+        "m1", MemberState.UNREVOKED_PARTITIONS, 3, 2, {"a": frozenset({0})}, {"b": frozenset({5})}
+    ),
+    CurrentAssignmentRecord("m2", MemberState.STABLE, 3, 2, {"a": frozenset({2})}, {}),
+    OffsetCommitRecord("a", 0, 42, "meta", 3, 1_767_225_600_000),
+    OffsetCommitRecord("a", 1, 7, "", -1, 1_767_225_600_001),
+    AssignorStateRecord(b"\x01state", "last computation failed"),
+    ComputationRecord(Computation("m1", "x", 1_767_225_630_000)),
+)
+
+
+async def test_a_loaded_group_is_what_its_records_replay_to(new_store: NewStore) -> None:
+    store = await owner(new_store)
+    changes: list[tuple[Record, ...]] = [
+        CREATED,
+        (CurrentAssignmentRecord("m2", MemberState.STABLE, 4, 3, {"a": frozenset({2, 3})}, {}),),
+        (*member_removal_records("m1"), OffsetTombstone("a", 1), GroupMetadataRecord(4, 99, "consumer")),
+    ]
+    applied: list[Record] = []
+    for records in changes:
+        await store.append("g", records)
+        applied.extend(records)
+        expected = stored_view(replay_all(None, "g", applied))
+        assert stored_view(await store.load_group("g")) == expected
+        assert stored_view((await store.load_groups())["g"]) == expected
+        # Another replica reads the same.
+        assert stored_view(await (await new_store("reader")).load_group("g")) == expected
+
+
+async def test_soft_state_is_not_stored(new_store: NewStore) -> None:
+    store = await owner(new_store)
+    await store.append("g", CREATED)
+    loaded = await store.load_group("g")
+    assert loaded is not None
+    assert (loaded.computation, loaded.last_assignment_ms) == (None, None)
+    commits = store.commits  # type: ignore[attr-defined]
+    await store.append("g", (ComputationRecord(None),))
+    assert store.commits == commits  # type: ignore[attr-defined]
+
+
+async def test_a_connect_groups_connectors_are_stored_with_it(new_store: NewStore) -> None:
+    store = await owner(new_store)
+    created = (GroupMetadataRecord(0, 0, CONNECT_GROUP_TYPE), ConnectorsRecord((("A", 2), ("B", 0))))
+    await store.append("c", created)
+    await store.append("c", (ConnectorsRecord((("C", 1),)),))
+    loaded = await store.load_group("c")
+    assert loaded is not None and loaded.group_type == CONNECT_GROUP_TYPE
+    assert loaded.connectors == {"C": 1}
+    await store.append("c", (ConnectorsRecord(()),))
+    assert (await store.load_group("c")).connectors == {}  # type: ignore[union-attr]
+
+
+async def test_a_deleted_group_leaves_nothing(new_store: NewStore) -> None:
+    store = await owner(new_store)
+    await store.append("g", CREATED)
+    await store.append("c", (GroupMetadataRecord(0, 0, CONNECT_GROUP_TYPE), ConnectorsRecord((("A", 1),))))
+    await store.append("g", (*member_removal_records("m1"), *member_removal_records("m2"), GroupTombstone()))
+    await store.append("c", (GroupTombstone(),))
+    assert await store.load_group("g") is None and await store.load_group("c") is None
+    assert await store.group_owner("g") is None
+    assert await store.load_groups() == {}
+    # Created again under the same id: nothing of the old group comes back.
+    await store.append("c", (GroupMetadataRecord(0, 0, CONNECT_GROUP_TYPE),))
+    again = await store.load_group("c")
+    assert again is not None and (again.connectors, again.offsets, again.members) == ({}, {}, {})
+
+
+async def test_ownership_is_fenced(new_store: NewStore) -> None:
+    first = await owner(new_store, "r1")
+    await first.append("g", CREATED)
+    assert await first.group_owner("g") == ("r1", first.owner_epoch)
+
+    second = await owner(new_store, "r2")
+    assert second.owner_epoch > first.owner_epoch
+    assert await first.group_owner("g") == ("r2", second.owner_epoch)
+    step = CurrentAssignmentRecord("m2", MemberState.STABLE, 3, 2, {}, {})
+    for records in ((step,), (GroupMetadataRecord(5, 0, "consumer"),)):
+        with pytest.raises(NotOwner):
+            await first.append("g", records)
+    await second.append("g", (step,))
+    # A lone step write for a group that is not stored is refused too (Postgres' one-statement write).
+    with pytest.raises(NotOwner):
+        await second.append("missing", (step,))
+    assert await second.load_group("missing") is None
+
+
+async def test_topics_keep_unique_names(new_store: NewStore) -> None:
+    store = await owner(new_store)
+    a, b = Topic(str(uuid.uuid4()), "b-topic", 2, ("r1", "r2")), Topic(str(uuid.uuid4()), "a-topic", 1)
+    await store.put_topic(a)
+    await store.put_topic(b)
+    assert await store.load_topics() == [b, a]
+    grown = Topic(a.topic_id, a.name, 3, ("r1", "r2", "r3"))
+    await store.put_topic(grown)
+    with pytest.raises(StoreConflict) as conflict:
+        await store.put_topic(Topic(str(uuid.uuid4()), "a-topic", 1))
+    assert conflict.value.constraint == "topics_name_key"
+    await store.delete_topic(b.topic_id)
+    assert await store.load_topics() == [grown]
