@@ -38,6 +38,8 @@ from regroup.reconciler.records import (
 )
 from regroup.reconciler.subscription import canonical_names
 
+from . import sql
+
 log = structlog.get_logger("regroup")
 
 #: A connection taken from the pool.
@@ -245,7 +247,7 @@ class PreparedWrite:
             and not self.offset_deletes
             and self.connectors is None
             and len(self.upserts) == 1
-            and self.upserts[0][0] is _UPSERT_CURRENT
+            and self.upserts[0][0] is sql.UPSERT_CURRENT
             and len(self.upserts[0][1]) == 1
         )
 
@@ -267,7 +269,7 @@ def prepare_write(group_id: str, records: Sequence[Record]) -> PreparedWrite:
         # A member's reconciliation step, the most frequent write: its row directly,
         # without coalescing a batch of one (with the runtime's plain try, about 0.9x
         # a step's CPU in-process, measured with bench/steps.py).
-        return PreparedWrite(None, False, [], [(_UPSERT_CURRENT, [_current_row(group_id, records[0])])])
+        return PreparedWrite(None, False, [], [(sql.UPSERT_CURRENT, [_current_row(group_id, records[0])])])
     batch = _Batch.of(records)
     row = batch.group
     group_row = None
@@ -318,10 +320,10 @@ def prepare_write(group_id: str, records: Sequence[Record]) -> PreparedWrite:
     upserts = [
         (sql, rows)
         for sql, rows in (
-            (_UPSERT_MEMBER, members),
-            (_UPSERT_TARGET, targets),
-            (_UPSERT_CURRENT, current),
-            (_UPSERT_OFFSET, offsets),
+            (sql.UPSERT_MEMBER, members),
+            (sql.UPSERT_TARGET, targets),
+            (sql.UPSERT_CURRENT, current),
+            (sql.UPSERT_OFFSET, offsets),
         )
         if rows
     ]
@@ -330,72 +332,6 @@ def prepare_write(group_id: str, records: Sequence[Record]) -> PreparedWrite:
     if batch.connectors is not None and not batch.delete_group:
         connectors = [(group_id, name, tasks) for name, tasks in batch.connectors.connectors]
     return PreparedWrite(group_row, batch.delete_group, deletes, upserts, offset_deletes, connectors)
-
-
-_UPSERT_GROUP = """
-INSERT INTO groups AS g (group_id, group_type, group_epoch, metadata_hash, assignment_epoch,
-                         assignor_state, assignment_error, owner, owner_epoch)
-VALUES ($1, COALESCE($2::text, 'consumer'), COALESCE($3::int, 0), COALESCE($4::bigint, 0),
-        COALESCE($5::int, 0), COALESCE($6::bytea, ''), COALESCE($7::text, ''), $8, $9)
-ON CONFLICT (group_id) DO UPDATE SET
-    group_type = COALESCE($2::text, g.group_type),
-    group_epoch = COALESCE($3::int, g.group_epoch),
-    metadata_hash = COALESCE($4::bigint, g.metadata_hash),
-    assignment_epoch = COALESCE($5::int, g.assignment_epoch),
-    assignor_state = COALESCE($6::bytea, g.assignor_state),
-    assignment_error = COALESCE($7::text, g.assignment_error),
-    updated_at = now()
-"""
-
-_UPSERT_MEMBER = """
-INSERT INTO members (group_id, member_id, instance_id, rack_id, client_id, client_host,
-                     subscribed_topic_names, subscribed_topic_regex, server_assignor, rebalance_timeout_ms,
-                     client_assignors, url)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12)
-ON CONFLICT (group_id, member_id) DO UPDATE SET
-    instance_id = EXCLUDED.instance_id, rack_id = EXCLUDED.rack_id, client_id = EXCLUDED.client_id,
-    client_host = EXCLUDED.client_host, subscribed_topic_names = EXCLUDED.subscribed_topic_names,
-    subscribed_topic_regex = EXCLUDED.subscribed_topic_regex, server_assignor = EXCLUDED.server_assignor,
-    rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms, client_assignors = EXCLUDED.client_assignors,
-    url = EXCLUDED.url
-"""
-
-_UPSERT_OFFSET = """
-INSERT INTO offsets (group_id, topic_id, partition, "offset", metadata, member_epoch, commit_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (group_id, topic_id, partition) DO UPDATE SET
-    "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata,
-    member_epoch = EXCLUDED.member_epoch, commit_ms = EXCLUDED.commit_ms
-"""
-
-_UPSERT_TARGET = """
-INSERT INTO target_assignments (group_id, member_id, partitions) VALUES ($1, $2, $3::jsonb)
-ON CONFLICT (group_id, member_id) DO UPDATE SET partitions = EXCLUDED.partitions
-"""
-
-_UPSERT_CURRENT = """
-INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
-                                 assigned, pending_revocation)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb)
-ON CONFLICT (group_id, member_id) DO UPDATE SET
-    state = EXCLUDED.state, member_epoch = EXCLUDED.member_epoch,
-    previous_member_epoch = EXCLUDED.previous_member_epoch,
-    assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
-"""
-
-
-_GUARDED_UPSERT_CURRENT = """
-WITH owned AS (
-    SELECT 1 FROM groups WHERE group_id = $1 AND owner = $8 AND owner_epoch = $9 FOR SHARE
-)
-INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
-                                 assigned, pending_revocation)
-SELECT $1, $2, $3, $4, $5, $6::jsonb, $7::jsonb FROM owned
-ON CONFLICT (group_id, member_id) DO UPDATE SET
-    state = EXCLUDED.state, member_epoch = EXCLUDED.member_epoch,
-    previous_member_epoch = EXCLUDED.previous_member_epoch,
-    assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
-"""
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -534,10 +470,8 @@ class PostgresStore:
     async def claim_ownership(self) -> int:
         """Draws a new owner epoch and takes every group (single active replica)."""
         async with self._transaction() as conn:
-            self.owner_epoch = int(await conn.fetchval("SELECT nextval('owner_epochs')"))
-            await conn.execute(
-                "UPDATE groups SET owner = $1, owner_epoch = $2", self.replica_id, self.owner_epoch
-            )
+            self.owner_epoch = int(await conn.fetchval(sql.NEXT_OWNER_EPOCH))
+            await conn.execute(sql.CLAIM_ALL_GROUPS, self.replica_id, self.owner_epoch)
         return self.owner_epoch
 
     async def _append_current_assignment(self, group_id: str, row: tuple[Any, ...]) -> None:
@@ -552,10 +486,10 @@ class PostgresStore:
         try:
             conn = await self._take_held()
             if conn is None:  # every held connection is busy: an ordinary pooled one
-                status = await self._pool.execute(_GUARDED_UPSERT_CURRENT, *args)
+                status = await self._pool.execute(sql.GUARDED_UPSERT_CURRENT, *args)
             else:
                 try:
-                    status = await conn.execute(_GUARDED_UPSERT_CURRENT, *args)
+                    status = await conn.execute(sql.GUARDED_UPSERT_CURRENT, *args)
                 except BaseException:
                     # Back to the pool, which resets or replaces a connection left in doubt.
                     await self._unhold(conn)
@@ -569,9 +503,7 @@ class PostgresStore:
         self.commits += 1
 
     async def _guard(self, conn: Conn, group_id: str) -> None:
-        row = await conn.fetchrow(
-            "SELECT owner, owner_epoch FROM groups WHERE group_id = $1 FOR UPDATE", group_id
-        )
+        row = await conn.fetchrow(sql.LOCK_GROUP_OWNER, group_id)
         if row is not None and (row["owner"], row["owner_epoch"]) != (self.replica_id, self.owner_epoch):
             raise NotOwner(
                 f"Group {group_id} is owned by {row['owner']} at owner epoch {row['owner_epoch']}."
@@ -590,35 +522,27 @@ class PostgresStore:
         async with self._transaction() as conn:
             await self._guard(conn, group_id)
             if write.group_row is not None:
-                await conn.execute(_UPSERT_GROUP, *write.group_row, self.replica_id, self.owner_epoch)
+                await conn.execute(sql.UPSERT_GROUP, *write.group_row, self.replica_id, self.owner_epoch)
             for table, member_ids in write.deletes:
-                await conn.execute(
-                    f"DELETE FROM {table} WHERE group_id = $1 AND member_id = ANY($2::text[])",
-                    group_id,
-                    member_ids,
-                )
+                await conn.execute(sql.DELETE_MEMBER_ROWS[table], group_id, member_ids)
             if write.offset_deletes:
                 await conn.execute(
-                    "DELETE FROM offsets o USING unnest($2::text[], $3::int[]) AS d(topic_id, partition)"
-                    " WHERE o.group_id = $1 AND o.topic_id = d.topic_id AND o.partition = d.partition",
+                    sql.DELETE_OFFSETS,
                     group_id,
                     [t for t, _ in write.offset_deletes],
                     [p for _, p in write.offset_deletes],
                 )
-            for sql, rows in write.upserts:
+            for statement, rows in write.upserts:
                 if len(rows) == 1:
-                    await conn.execute(sql, *rows[0])
+                    await conn.execute(statement, *rows[0])
                 else:
-                    await conn.executemany(sql, rows)
+                    await conn.executemany(statement, rows)
             if write.connectors is not None:
-                await conn.execute("DELETE FROM connectors WHERE group_id = $1", group_id)
+                await conn.execute(sql.DELETE_CONNECTORS, group_id)
                 if write.connectors:
-                    await conn.executemany(
-                        "INSERT INTO connectors (group_id, name, tasks) VALUES ($1, $2, $3)", write.connectors
-                    )
+                    await conn.executemany(sql.INSERT_CONNECTOR, write.connectors)
             if write.delete_group:
-                # Its members, assignments, offsets and connectors go with it (ON DELETE CASCADE).
-                await conn.execute("DELETE FROM groups WHERE group_id = $1", group_id)
+                await conn.execute(sql.DELETE_GROUP, group_id)
 
     async def load_groups(self) -> dict[str, Group]:
         """Rebuilds every group by replaying its stored rows as records."""
@@ -632,29 +556,30 @@ class PostgresStore:
 
     async def group_owner(self, group_id: str) -> tuple[str, int] | None:
         async with self._connection() as conn:
-            row = await conn.fetchrow("SELECT owner, owner_epoch FROM groups WHERE group_id = $1", group_id)
+            row = await conn.fetchrow(sql.GROUP_OWNER, group_id)
         return None if row is None else (row["owner"], row["owner_epoch"])
 
     async def ping(self) -> None:
         """One round trip to Postgres; raises StoreUnavailable when it fails."""
         async with self._connection() as conn:
-            await conn.fetchval("SELECT 1")
+            await conn.fetchval(sql.PING)
 
     async def _load(self, conn: Conn, group_id: str | None) -> dict[str, Group]:
-        where, args = ("WHERE group_id = $1", [group_id]) if group_id is not None else ("", [])
+        # The statement for every group, or for one.
+        one, args = (1, [group_id]) if group_id is not None else (0, [])
         records: dict[str, list[Record]] = {}
-        for row in await conn.fetch(f"SELECT * FROM groups {where} ORDER BY group_id", *args):
+        for row in await conn.fetch(sql.LOAD_GROUPS[one], *args):
             records[row["group_id"]] = [
                 GroupMetadataRecord(row["group_epoch"], row["metadata_hash"], row["group_type"]),
                 TargetAssignmentEpochRecord(row["assignment_epoch"]),
                 AssignorStateRecord(bytes(row["assignor_state"]), row["assignment_error"]),
             ]
         connectors: dict[str, list[tuple[str, int]]] = {}
-        for row in await conn.fetch(f"SELECT * FROM connectors {where} ORDER BY group_id, name", *args):
+        for row in await conn.fetch(sql.LOAD_CONNECTORS[one], *args):
             connectors.setdefault(row["group_id"], []).append((row["name"], row["tasks"]))
         for gid, rows in connectors.items():
             records[gid].append(ConnectorsRecord(tuple(rows)))
-        for row in await conn.fetch(f"SELECT * FROM members {where} ORDER BY group_id, member_id", *args):
+        for row in await conn.fetch(sql.LOAD_MEMBERS[one], *args):
             records[row["group_id"]].append(
                 MemberMetadataRecord(
                     member_id=row["member_id"],
@@ -670,11 +595,11 @@ class PostgresStore:
                     url=row["url"],
                 )
             )
-        for row in await conn.fetch(f"SELECT * FROM target_assignments {where}", *args):
+        for row in await conn.fetch(sql.LOAD_TARGET_ASSIGNMENTS[one], *args):
             records[row["group_id"]].append(
                 TargetAssignmentMemberRecord(row["member_id"], decode_assignment(row["partitions"]))
             )
-        for row in await conn.fetch(f"SELECT * FROM current_assignments {where}", *args):
+        for row in await conn.fetch(sql.LOAD_CURRENT_ASSIGNMENTS[one], *args):
             records[row["group_id"]].append(
                 CurrentAssignmentRecord(
                     member_id=row["member_id"],
@@ -685,7 +610,7 @@ class PostgresStore:
                     pending_revocation=decode_assignment(row["pending_revocation"]),
                 )
             )
-        for row in await conn.fetch(f"SELECT * FROM offsets {where}", *args):
+        for row in await conn.fetch(sql.LOAD_OFFSETS[one], *args):
             records[row["group_id"]].append(
                 OffsetCommitRecord(
                     row["topic_id"],
@@ -707,7 +632,7 @@ class PostgresStore:
 
     async def load_topics(self) -> list[Topic]:
         async with self._connection() as conn:
-            rows = await conn.fetch("SELECT * FROM topics ORDER BY name")
+            rows = await conn.fetch(sql.LOAD_TOPICS)
         return [
             Topic(str(r["topic_id"]), r["name"], r["num_partitions"], tuple(r["partition_racks"]))
             for r in rows
@@ -716,11 +641,7 @@ class PostgresStore:
     async def put_topic(self, topic: Topic) -> None:
         async with self._transaction() as conn:
             await conn.execute(
-                """
-                INSERT INTO topics (topic_id, name, num_partitions, partition_racks) VALUES ($1, $2, $3, $4)
-                ON CONFLICT (topic_id) DO UPDATE SET num_partitions = EXCLUDED.num_partitions,
-                    partition_racks = EXCLUDED.partition_racks, updated_at = now()
-                """,
+                sql.UPSERT_TOPIC,
                 uuid.UUID(topic.topic_id),
                 topic.name,
                 topic.num_partitions,
@@ -729,7 +650,7 @@ class PostgresStore:
 
     async def delete_topic(self, topic_id: str) -> None:
         async with self._transaction() as conn:
-            await conn.execute("DELETE FROM topics WHERE topic_id = $1", uuid.UUID(topic_id))
+            await conn.execute(sql.DELETE_TOPIC, uuid.UUID(topic_id))
 
     # -- introspection -----------------------------------------------------------
 

@@ -1,0 +1,134 @@
+"""Every SQL statement the Postgres store runs, by name, in one place.
+
+Statements take positional arguments ($1, ...) in the order their comment or
+column list gives; `store.py` builds the rows. The schema is in migrations/.
+"""
+
+from __future__ import annotations
+
+# -- groups and their rows (one operation's records, in one transaction) --------
+
+UPSERT_GROUP = """
+INSERT INTO groups AS g (group_id, group_type, group_epoch, metadata_hash, assignment_epoch,
+                         assignor_state, assignment_error, owner, owner_epoch)
+VALUES ($1, COALESCE($2::text, 'consumer'), COALESCE($3::int, 0), COALESCE($4::bigint, 0),
+        COALESCE($5::int, 0), COALESCE($6::bytea, ''), COALESCE($7::text, ''), $8, $9)
+ON CONFLICT (group_id) DO UPDATE SET
+    group_type = COALESCE($2::text, g.group_type),
+    group_epoch = COALESCE($3::int, g.group_epoch),
+    metadata_hash = COALESCE($4::bigint, g.metadata_hash),
+    assignment_epoch = COALESCE($5::int, g.assignment_epoch),
+    assignor_state = COALESCE($6::bytea, g.assignor_state),
+    assignment_error = COALESCE($7::text, g.assignment_error),
+    updated_at = now()
+"""
+
+UPSERT_MEMBER = """
+INSERT INTO members (group_id, member_id, instance_id, rack_id, client_id, client_host,
+                     subscribed_topic_names, subscribed_topic_regex, server_assignor, rebalance_timeout_ms,
+                     client_assignors, url)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12)
+ON CONFLICT (group_id, member_id) DO UPDATE SET
+    instance_id = EXCLUDED.instance_id, rack_id = EXCLUDED.rack_id, client_id = EXCLUDED.client_id,
+    client_host = EXCLUDED.client_host, subscribed_topic_names = EXCLUDED.subscribed_topic_names,
+    subscribed_topic_regex = EXCLUDED.subscribed_topic_regex, server_assignor = EXCLUDED.server_assignor,
+    rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms, client_assignors = EXCLUDED.client_assignors,
+    url = EXCLUDED.url
+"""
+
+UPSERT_OFFSET = """
+INSERT INTO offsets (group_id, topic_id, partition, "offset", metadata, member_epoch, commit_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (group_id, topic_id, partition) DO UPDATE SET
+    "offset" = EXCLUDED."offset", metadata = EXCLUDED.metadata,
+    member_epoch = EXCLUDED.member_epoch, commit_ms = EXCLUDED.commit_ms
+"""
+
+UPSERT_TARGET = """
+INSERT INTO target_assignments (group_id, member_id, partitions) VALUES ($1, $2, $3::jsonb)
+ON CONFLICT (group_id, member_id) DO UPDATE SET partitions = EXCLUDED.partitions
+"""
+
+UPSERT_CURRENT = """
+INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
+                                 assigned, pending_revocation)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::jsonb)
+ON CONFLICT (group_id, member_id) DO UPDATE SET
+    state = EXCLUDED.state, member_epoch = EXCLUDED.member_epoch,
+    previous_member_epoch = EXCLUDED.previous_member_epoch,
+    assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
+"""
+
+#: UPSERT_CURRENT in one statement with the ownership guard ($8 replica id, $9 owner epoch):
+#: the most frequent write (one member's reconciliation step) without a transaction of its
+#: own. The CTE locks the group row FOR SHARE, so a replica claiming the group waits for
+#: the write, and a write from a replica that lost the group inserts nothing ("INSERT 0 0").
+GUARDED_UPSERT_CURRENT = """
+WITH owned AS (
+    SELECT 1 FROM groups WHERE group_id = $1 AND owner = $8 AND owner_epoch = $9 FOR SHARE
+)
+INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
+                                 assigned, pending_revocation)
+SELECT $1, $2, $3, $4, $5, $6::jsonb, $7::jsonb FROM owned
+ON CONFLICT (group_id, member_id) DO UPDATE SET
+    state = EXCLUDED.state, member_epoch = EXCLUDED.member_epoch,
+    previous_member_epoch = EXCLUDED.previous_member_epoch,
+    assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
+"""
+
+#: Per member-keyed table: the rows of some members of a group ($1 group id, $2 member ids).
+DELETE_MEMBER_ROWS = {
+    table: f"DELETE FROM {table} WHERE group_id = $1 AND member_id = ANY($2::text[])"
+    for table in ("members", "target_assignments", "current_assignments")
+}
+
+#: $1 group id, $2 topic ids, $3 partitions (pairwise).
+DELETE_OFFSETS = (
+    "DELETE FROM offsets o USING unnest($2::text[], $3::int[]) AS d(topic_id, partition)"
+    " WHERE o.group_id = $1 AND o.topic_id = d.topic_id AND o.partition = d.partition"
+)
+
+DELETE_CONNECTORS = "DELETE FROM connectors WHERE group_id = $1"
+INSERT_CONNECTOR = "INSERT INTO connectors (group_id, name, tasks) VALUES ($1, $2, $3)"
+
+#: Members, assignments, offsets and connectors go with the group (ON DELETE CASCADE).
+DELETE_GROUP = "DELETE FROM groups WHERE group_id = $1"
+
+# -- ownership ------------------------------------------------------------------
+
+NEXT_OWNER_EPOCH = "SELECT nextval('owner_epochs')"
+#: $1 replica id, $2 owner epoch: this replica takes every group.
+CLAIM_ALL_GROUPS = "UPDATE groups SET owner = $1, owner_epoch = $2"
+#: The owner of a group, its row locked until the transaction ends (the write guard).
+LOCK_GROUP_OWNER = "SELECT owner, owner_epoch FROM groups WHERE group_id = $1 FOR UPDATE"
+GROUP_OWNER = "SELECT owner, owner_epoch FROM groups WHERE group_id = $1"
+
+PING = "SELECT 1"
+
+# -- loading groups: every group, or one ($1 group id) --------------------------
+
+
+def _loads(table: str, order: str) -> tuple[str, str]:
+    return (
+        f"SELECT * FROM {table} ORDER BY {order}",
+        f"SELECT * FROM {table} WHERE group_id = $1 ORDER BY {order}",
+    )
+
+
+LOAD_GROUPS = _loads("groups", "group_id")
+LOAD_CONNECTORS = _loads("connectors", "group_id, name")
+LOAD_MEMBERS = _loads("members", "group_id, member_id")
+LOAD_TARGET_ASSIGNMENTS = _loads("target_assignments", "group_id, member_id")
+LOAD_CURRENT_ASSIGNMENTS = _loads("current_assignments", "group_id, member_id")
+LOAD_OFFSETS = _loads("offsets", "group_id, topic_id, partition")
+
+# -- topics ---------------------------------------------------------------------
+
+LOAD_TOPICS = "SELECT * FROM topics ORDER BY name"
+#: $1 topic id, $2 name, $3 partition count, $4 partition racks.
+UPSERT_TOPIC = """
+INSERT INTO topics (topic_id, name, num_partitions, partition_racks) VALUES ($1, $2, $3, $4)
+ON CONFLICT (topic_id) DO UPDATE SET num_partitions = EXCLUDED.num_partitions,
+    partition_racks = EXCLUDED.partition_racks, updated_at = now()
+"""
+DELETE_TOPIC = "DELETE FROM topics WHERE topic_id = $1"
