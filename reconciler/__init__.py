@@ -23,7 +23,6 @@ from .errors import ApiError, ErrorCode
 from .heartbeat import consumer_group_heartbeat
 from .membership import (
     delete_group,
-    on_assignment_timer,
     on_rebalance_timeout,
     on_session_timeout,
     refresh_metadata,
@@ -32,6 +31,7 @@ from .messages import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse, Ow
 from .model import Assignment, Group, GroupState, Member, MemberState
 from .records import Record
 from .replay import replay, replay_all
+from .target_assignment import on_assignment_timer
 from .topics import Topic, TopicsImage
 
 __all__ = [

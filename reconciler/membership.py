@@ -7,7 +7,7 @@ from .errors import GroupIdNotFound, NonEmptyGroup, StaleMemberEpoch, UnknownMem
 from .model import Group, Member, MemberState
 from .records import GroupMetadataRecord, GroupTombstone, Record, member_removal_records
 from .subscription import adjusted_counts, group_topics, metadata_hash
-from .target_assignment import compute_pending_assignment, next_assignment_ms
+from .target_assignment import next_assignment_ms
 from .topics import TopicsImage
 
 
@@ -94,12 +94,6 @@ def refresh_metadata(group: Group, ctx: Context) -> Result[bool]:
         (GroupMetadataRecord(group.group_epoch + 1, new_hash, group.group_type),),
         (ScheduleAssignment(next_assignment_ms(group, ctx)),),
     )
-
-
-def on_assignment_timer(group: Group, ctx: Context) -> Result[bool]:
-    """Computes a target assignment that batching deferred; members pick it up as they heartbeat."""
-    records = compute_pending_assignment(group, ctx)
-    return Result(bool(records), tuple(records))
 
 
 def delete_group(group: Group) -> Result[None]:

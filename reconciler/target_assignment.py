@@ -252,6 +252,35 @@ def compute_pending_assignment(group: Group, ctx: Context) -> list[Record]:
     return [] if pending is None else pending.compute(ctx.config)
 
 
+def on_assignment_timer(
+    group: Group | None, ctx: Context, *, computing: bool = False
+) -> Result[bool | PendingTarget]:
+    """The assignment timer: when a group's pending target is computed, and where.
+
+    The one statement of these rules; the runtime and the tests' engine harness both
+    run it. Nothing for a group whose target is current or computed by its members.
+    One computation of a group at a time (`computing`: one is under way elsewhere;
+    installing it schedules the next if the group moved on meanwhile). At most one per
+    assignment interval (KIP-1263's batching): a timer that fires early is re-armed. A
+    target that fits inline is computed now, and the response says whether it changed
+    anything; a bigger one is returned as the `PendingTarget` for the shell to compute
+    elsewhere and install with `install_computed_target`.
+    """
+    if group is None or computing:
+        return Result(False)
+    pending = pending_target(group, ctx)
+    if pending is None:
+        return Result(False)
+    if not assignment_due(group, ctx):
+        return Result(False, (), (ScheduleAssignment(next_assignment_ms(group, ctx)),))
+    if not pending.fits_inline(ctx.config):
+        return Result(pending)
+    records = pending.with_members(group.members, group.target, group.member_ids_in_order()).compute(
+        ctx.config
+    )
+    return Result(bool(records), tuple(records))
+
+
 def install_computed_target(group: Group | None, records: Sequence[Record], ctx: Context) -> Result[bool]:
     """Installs a target computed elsewhere from an earlier read of the group.
 

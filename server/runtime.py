@@ -77,13 +77,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
 )
 from regroup.reconciler.subscription import subscribes_to_any
-from regroup.reconciler.target_assignment import (
-    PendingTarget,
-    assignment_due,
-    install_computed_target,
-    next_assignment_ms,
-    pending_target,
-)
+from regroup.reconciler.target_assignment import PendingTarget, install_computed_target, on_assignment_timer
 from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_name
 from regroup.reconciler.validation import validate_id
 
@@ -672,23 +666,12 @@ class Coordinator:
     def _prepare_target_op(self, key: TimerKey) -> Operation[bool | _TargetJob]:
         def op(group: Group | None, ctx: Context) -> Result[bool | _TargetJob]:
             if group is None or self.timers.deadline(key) is not None:
-                return Result(False)
-            # Read from the group's indexes: a big group's members are not passed over here.
-            pending = pending_target(group, ctx)
-            if pending is None:
-                return Result(False)
-            if key.group_id in self._computing:
-                # One computation of a group at a time: installing the one under way
-                # schedules the next if the group moved on meanwhile.
-                return Result(False)
-            if not assignment_due(group, ctx):
-                # One per interval (a timer armed before the last computation's install).
-                return Result(False, (), (ScheduleAssignment(next_assignment_ms(group, ctx)),))
-            if pending.fits_inline(ctx.config):
-                inline = pending.with_members(group.members, group.target, group.member_ids_in_order())
-                records = inline.compute(ctx.config)
-                return Result(bool(records), tuple(records))
-            return Result(_TargetJob(group, pending))
+                return Result(False)  # gone, or a later timer was armed after this one fired
+            result = on_assignment_timer(group, ctx, computing=key.group_id in self._computing)
+            if isinstance(result.response, PendingTarget):
+                # Read from the group's indexes: a big group's members are not passed over here.
+                return Result(_TargetJob(group, result.response))
+            return Result(result.response, result.records, result.timers)
 
         return op
 

@@ -36,7 +36,7 @@ from regroup.reconciler import (
     replay_all,
 )
 from regroup.reconciler.model import Assignment
-from regroup.reconciler.target_assignment import preferred_assignor
+from regroup.reconciler.target_assignment import PendingTarget, install_computed_target, preferred_assignor
 
 
 @dataclass
@@ -129,10 +129,16 @@ class EngineHarness:
                 del self.assignments[group_id]
                 group = self.groups[group_id]
                 assignor = preferred_assignor(group.server_assignor_counts(), self.config)
-                result = on_assignment_timer(group, self.ctx())
-                if result.response:
+                # The runtime's rules (interval, inline limit); a target too big to compute
+                # inline is computed and installed at once, as the worker process would.
+                timer = on_assignment_timer(group, self.ctx())
+                pending = timer.response
+                if isinstance(pending, PendingTarget):
+                    records = pending.with_members(group.members, group.target, group.member_ids_in_order())
+                    timer = install_computed_target(group, records.compute(self.config), self.ctx())
+                if timer.response:
                     self.timer_computations.append((group_id, assignor))
-                self.apply(group_id, result)
+                self.apply(group_id, timer)
         for key, (deadline, epoch) in sorted(self.rebalances.items(), key=lambda kv: kv[1]):
             if deadline <= self.now_ms and key in self.rebalances:
                 group_id, member_id = key

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from regroup.reconciler import GroupConfig, GroupState, ScheduleAssignment
+from regroup.reconciler import GroupConfig, GroupState, Result, ScheduleAssignment
 from regroup.reconciler.model import ClientAssignor
 from regroup.reconciler.records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
-from regroup.reconciler.target_assignment import install_computed_target, pending_assignment
+from regroup.reconciler.target_assignment import (
+    PendingTarget,
+    install_computed_target,
+    on_assignment_timer,
+    pending_assignment,
+)
 from tests.support.engine import EngineHarness, beat, join
 
 
@@ -182,3 +187,25 @@ def test_a_target_is_not_installed_over_a_newer_one_or_into_a_client_side_group(
     client_side = (ClientAssignor("sticky", 0, 1),)
     h.heartbeat(join("g", "d", ["foo"], client_assignors=client_side))
     assert install_computed_target(h.groups["g"], records, h.ctx()).response is False
+
+
+def test_the_assignment_timers_rules_in_one_function() -> None:
+    """on_assignment_timer: the runtime and the engine harness both run it."""
+    h = settled()
+    h.heartbeat(join("g", "b", ["foo"]))
+    h.now_ms += 200
+    h.heartbeat(join("g", "c", ["foo"]))  # deferred: within the interval
+    group = h.groups["g"]
+
+    early = on_assignment_timer(group, h.ctx())
+    assert (early.response, early.records, early.timers) == (False, (), (ScheduleAssignment(h.now_ms + 800),))
+    h.now_ms += 800
+    assert on_assignment_timer(group, h.ctx(), computing=True) == Result(False)
+    inline = on_assignment_timer(group, h.ctx())
+    assert inline.response is True and TargetAssignmentEpochRecord(3, h.now_ms) in inline.records
+    assert on_assignment_timer(None, h.ctx()) == Result(False)
+
+    h.config = GroupConfig(assignment_interval_ms=1_000, inline_assignment_max_partitions=3)
+    offloaded = on_assignment_timer(group, h.ctx())
+    assert isinstance(offloaded.response, PendingTarget) and offloaded.records == ()
+    assert offloaded.response.group_epoch == 3
