@@ -100,7 +100,7 @@ async def _heap_of_shape(groups: int, members: int, partitions: int) -> int:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     coordinator = Coordinator(_NullStore(), config, ManualClock(), run_timers=False)  # type: ignore[arg-type]
-    coordinator.image = TopicsImage(Topic(f"id-{g}", f"t{g:04d}", partitions) for g in range(groups))
+    coordinator.writer.image = TopicsImage(Topic(f"id-{g}", f"t{g:04d}", partitions) for g in range(groups))
     epochs: dict[tuple[str, str], int] = {}
     for g in range(groups):
         group_id, topic = f"g{g:04d}", (f"t{g:04d}",)

@@ -107,7 +107,7 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
         self, request: coordinator_pb2.InstallAssignmentRequest, context: Ctx
     ) -> coordinator_pb2.InstallAssignmentResponse:
         coordinator = self._coordinator
-        group = coordinator.groups.get(request.group_id)
+        group = coordinator.group(request.group_id)
         group_type = group.group_type if group is not None else "consumer"
         try:
             await coordinator.install_assignment(
@@ -306,10 +306,12 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
     ) -> admin_pb2.ListGroupsResponse:
         states = {s.lower() for s in request.states_filter}
         types = {t.lower() for t in request.types_filter}
-        groups = self._coordinator.groups
+        coordinator = self._coordinator
 
         def listing(group_id: str) -> GroupListing | None:
-            group = groups[group_id]
+            group = coordinator.group(group_id)
+            if group is None:
+                return None
             if types and group.group_type.lower() not in types:
                 return None
             state = group.state().value
@@ -330,7 +332,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         try:
             # Nothing here awaits, so the groups cannot change while the page is taken.
             page = paging.take_page(
-                paging.sorted_after(groups, cursor.after(request.page_token)),
+                paging.sorted_after(coordinator.group_ids(), cursor.after(request.page_token)),
                 listing,
                 paging.page_size(request.page_size),
                 self._page_bytes,
@@ -347,7 +349,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         coordinator = self._coordinator
         out = []
         for group_id in request.group_ids:
-            group = coordinator.groups.get(group_id)
+            group = coordinator.group(group_id)
             if group is None:
                 error = _group_error(group_id)
                 out.append(

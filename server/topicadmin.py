@@ -1,0 +1,156 @@
+"""Topic admin: creates, grows and deletes topics, then refreshes the groups they concern.
+
+Topics are shared by every consumer group, so they change under one lock of
+their own; each change is stored first, then the topics image is replaced, and
+the groups subscribed to a changed topic have their metadata refreshed (which
+bumps their epoch when it moved).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from regroup.reconciler import ApiError, Topic, TopicsImage
+from regroup.reconciler.errors import (
+    CoordinatorNotAvailable,
+    TopicAlreadyExists,
+    UnknownServerError,
+    UnknownTopicId,
+    UnknownTopicOrPartition,
+)
+from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_name
+from regroup.reconciler.validation import validate_id
+
+from .store import StoreConflict, StoreUnavailable
+from .writepath import GroupWriter
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOutcome:
+    """The result of one topic in a batch admin call."""
+
+    name: str
+    topic: Topic | None = None
+    error: ApiError | None = None
+    topic_id: str = ""
+
+
+class TopicAdmin:
+    def __init__(
+        self, writer: GroupWriter, refresh_groups: Callable[[Collection[str]], Awaitable[None]]
+    ) -> None:
+        self.writer = writer
+        self._refresh_groups = refresh_groups
+        self._topic_lock = asyncio.Lock()
+        self.log: Any = writer.log
+
+    async def create_topics(self, specs: Sequence[tuple[str, int, tuple[str, ...]]]) -> list[TopicOutcome]:
+        outcomes = []
+        async with self._topic_lock:
+            for name, count, racks in specs:
+                try:
+                    topic = create_topic(self.writer.image, name, count, racks, str(uuid.uuid4()))
+                    await self._put_topic(topic)
+                    outcomes.append(TopicOutcome(name, topic))
+                except ApiError as e:
+                    outcomes.append(TopicOutcome(name, error=e))
+        await self._after_topic_change(outcomes)
+        return outcomes
+
+    async def create_partitions(
+        self, specs: Sequence[tuple[str, str, int, tuple[str, ...]]]
+    ) -> list[TopicOutcome]:
+        """Grows topics named by (name, topic id, new count, new racks)."""
+        outcomes = []
+        async with self._topic_lock:
+            for name, topic_id, count, racks in specs:
+                try:
+                    topic = self._find_topic(name, topic_id)
+                    grown = grow_topic(topic, count, racks)
+                    await self._put_topic(grown)
+                    outcomes.append(TopicOutcome(grown.name, grown))
+                except ApiError as e:
+                    outcomes.append(TopicOutcome(name, error=e, topic_id=topic_id))
+        await self._after_topic_change(outcomes)
+        return outcomes
+
+    async def delete_topics(self, names: Sequence[str], topic_ids: Sequence[str]) -> list[TopicOutcome]:
+        outcomes = []
+        async with self._topic_lock:
+            for name, topic_id in [(n, "") for n in names] + [("", t) for t in topic_ids]:
+                try:
+                    topic = self._find_topic(name, topic_id)
+                    try:
+                        await self.writer.store.delete_topic(topic.topic_id)
+                    except StoreUnavailable as e:
+                        raise _store_error(e) from e
+                    except StoreConflict as e:
+                        raise UnknownServerError(f"The store refused to delete the topic: {e}") from e
+                    self.writer.image = self.writer.image.without_topic(topic.topic_id)
+                    self.log.info("topic_deleted", topic=topic.name, topic_id=topic.topic_id)
+                    outcomes.append(TopicOutcome(topic.name, topic))
+                except ApiError as e:
+                    outcomes.append(TopicOutcome(name, error=e, topic_id=topic_id))
+        await self._after_topic_change(outcomes)
+        return outcomes
+
+    def _find_topic(self, name: str, topic_id: str) -> Topic:
+        if topic_id:
+            validate_id("topic_id", topic_id)
+            topic = self.writer.image.by_id.get(topic_id)
+            if topic is None:
+                raise UnknownTopicId(f"Topic id {topic_id} does not exist.")
+            return topic
+        validate_topic_name(name)
+        topic = self.writer.image.by_name.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
+        return topic
+
+    async def _put_topic(self, topic: Topic) -> None:
+        try:
+            await self.writer.store.put_topic(topic)
+        except StoreConflict as e:
+            raise await self._topic_conflict(topic, e) from e
+        except StoreUnavailable as e:
+            raise _store_error(e) from e
+        created = topic.topic_id not in self.writer.image.by_id
+        self.writer.image = self.writer.image.with_topic(topic)
+        self.log.info(
+            "topic_created" if created else "topic_partitions_created",
+            topic=topic.name,
+            topic_id=topic.topic_id,
+            partitions=topic.num_partitions,
+        )
+
+    async def _topic_conflict(self, topic: Topic, e: StoreConflict) -> ApiError:
+        """Another writer stored a topic this process did not know (the same name):
+        learn the registry again, and what that changes for the groups, then answer
+        the real reason instead of a retriable one that would be retried forever."""
+        self.log.warning("topic_write_conflict", topic=topic.name, constraint=e.constraint, error=str(e))
+        try:
+            topics = await self.writer.store.load_topics()
+        except (StoreUnavailable, StoreConflict) as load_error:
+            return CoordinatorNotAvailable(f"The store is unavailable: {load_error}")
+        old = self.writer.image
+        self.writer.image = TopicsImage(topics, version=old.version + 1)
+        changed = {t.name for t in topics if old.by_name.get(t.name) != t}
+        changed.update(name for name in old.by_name if name not in self.writer.image.by_name)
+        if changed:
+            await self._refresh_groups(changed)
+        if e.constraint == "topics_name_key":
+            return TopicAlreadyExists(f"Topic '{topic.name}' already exists.")
+        return UnknownServerError(f"The store refused topic '{topic.name}': {e}")
+
+    async def _after_topic_change(self, outcomes: Sequence[TopicOutcome]) -> None:
+        changed = [o.topic.name for o in outcomes if o.error is None and o.topic is not None]
+        if changed:
+            await self._refresh_groups(changed)
+
+
+def _store_error(e: StoreUnavailable) -> ApiError:
+    return CoordinatorNotAvailable(f"The store is unavailable: {e}")

@@ -1,0 +1,362 @@
+"""The write path: serialises operations per group, runs the engine, stores, replays.
+
+For every operation on a group: take the group's lock, run the pure engine
+with the current time and topic image, store the records it returned in one
+transaction, replay them into memory, arm its timers, and only then answer.
+An operation that produced no record writes nothing. Groups run concurrently.
+A write that failed leaves its group stale: reloaded from the store before its
+next use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from regroup.reconciler import (
+    ApiError,
+    CancelRebalanceTimeout,
+    CancelTimeouts,
+    Context,
+    Group,
+    GroupConfig,
+    MemberState,
+    Record,
+    Result,
+    ScheduleAssignment,
+    ScheduleRebalanceTimeout,
+    ScheduleSessionTimeout,
+    TimerOp,
+    TopicsImage,
+    replay_all,
+)
+from regroup.reconciler.connect import connectors_image
+from regroup.reconciler.errors import CoordinatorNotAvailable, NotCoordinator
+from regroup.reconciler.liveness import EVERYONE_IN_DOUBT, NOTHING_IN_DOUBT, WriteInDoubt
+from regroup.reconciler.model import CONNECT_GROUP_TYPE
+
+from .assigner import Assigner
+from .clock import Clock
+from .events import log_records
+from .store import GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
+from .storewatch import StoreWatch
+from .timers import TimerKey, TimerQueue
+
+T = TypeVar("T")
+Operation = Callable[[Group | None, Context], Result[T]]
+#: An operation that awaits part of its work elsewhere (the group stays locked meanwhile).
+AsyncOperation = Callable[[Group | None, Context], Awaitable[Result[T]]]
+
+#: An operation computed elsewhere with more records than this prepares its rows in a thread.
+PREPARE_INLINE_MAX_RECORDS = 32
+
+
+class _KeyedLocks:
+    """One asyncio.Lock per group id, dropped when nobody holds or waits for it.
+
+    `take` and `give_back` bracket the use of a lock (plain calls rather than
+    an async context manager: this runs on every heartbeat).
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[str, list[Any]] = {}
+
+    def take(self, key: str) -> asyncio.Lock:
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        lock: asyncio.Lock = entry[0]
+        return lock
+
+    def idle(self, key: str) -> bool:
+        """True when nobody holds or waits for the key's lock."""
+        return key not in self._locks
+
+    def give_back(self, key: str) -> None:
+        entry = self._locks[key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._locks[key]
+
+
+class GroupWriter:
+    """The groups in memory and the one way they change (`run`)."""
+
+    def __init__(
+        self,
+        store: GroupStore,
+        config: GroupConfig,
+        clock: Clock,
+        timers: TimerQueue,
+        assigner: Assigner,
+        log: Any,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.timers = timers
+        self.assigner = assigner
+        self.log = log
+        self.groups: dict[str, Group] = {}
+        #: The topics (the admin changes it; see topicadmin.py).
+        self.image = TopicsImage()
+        #: Connect groups' resource images (the consumer groups' topics' analogue), each
+        #: with the connectors dict it was built from: replaying new connectors replaces it.
+        self._connect_images: dict[str, tuple[dict[str, int], TopicsImage]] = {}
+        self._locks = _KeyedLocks()
+        #: Groups whose last write failed: memory may not match the store until the
+        #: group is reloaded. The value says what the failed write may have removed.
+        self._stale: dict[str, WriteInDoubt] = {}
+        #: What is known of the store's reachability (the app sets it; none: assumed up).
+        #: While it says the store is down, requests that need the store are refused at
+        #: once instead of waiting on a connection; a failed request makes it check at once.
+        self.watch: StoreWatch | None = None
+
+    async def load(self) -> None:
+        """Loads every topic and group from the store and arms the groups' timers."""
+        self.image = TopicsImage(await self.store.load_topics(), version=1)
+        self._connect_images.clear()
+        self.groups = await self.store.load_groups()
+        now = self.clock.monotonic_ms()
+        for group in self.groups.values():
+            self.arm_loaded_timers(group, now)
+
+    def in_doubt(self, group_id: str) -> WriteInDoubt:
+        """What the group's failed writes may have changed (nothing when it is current)."""
+        return self._stale.get(group_id, NOTHING_IN_DOUBT)
+
+    def arm_loaded_timers(self, group: Group, now: int) -> None:
+        """As Kafka does on load: a full session for everyone, and a full
+        rebalance timeout for members that still owe a revocation.
+
+        Also when a group is reloaded after a failed write: its members may have
+        heartbeated all along without the coordinator being able to store (and
+        their timers may be overdue, retried while the store was away). A member
+        must never lose its session because the coordinator could not store.
+        Both deadlines only move later: none can be beyond a full one from now.
+        """
+        for member in group.members.values():
+            self.timers.schedule(
+                TimerKey(group.group_id, member.member_id, "session"), now + self.config.session_timeout_ms
+            )
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                self.timers.schedule(
+                    TimerKey(group.group_id, member.member_id, "rebalance"),
+                    now + member.rebalance_timeout_ms,
+                    member.member_epoch,
+                )
+
+    def image_for(self, group_id: str, group_type: str | None = None) -> TopicsImage:
+        """The resources a group's members share: topics, or a Connect group's connectors."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            group_type = group.group_type
+        if group_type != CONNECT_GROUP_TYPE:
+            return self.image
+        connectors = {} if group is None else group.connectors
+        cached = self._connect_images.get(group_id)
+        if cached is None or cached[0] is not connectors:
+            cached = (connectors, connectors_image(connectors))
+            if group is not None:
+                self._connect_images[group_id] = cached
+        return cached[1]
+
+    async def run(
+        self,
+        group_id: str,
+        op: Operation[T] | AsyncOperation[T],
+        *,
+        cause: str,
+        new_member_id: str = "",
+        group_type: str | None = None,
+    ) -> T:
+        """Runs `op` on the group under its lock; stores and replays its records.
+
+        An `AsyncOperation` may await: the lock keeps the group unchanged
+        meanwhile, and a large write it returns (a big group's computed target)
+        is prepared in a thread.
+        """
+        group: Group | None = None
+        outcome: Result[T] | Awaitable[Result[T]] | None = None
+        op_now_ms = 0
+        if self._locks.idle(group_id) and group_id not in self._stale:
+            # Nothing is in flight for the group, so memory is current and, until
+            # this awaits, nothing else can run on it: compute before taking the
+            # lock. Most heartbeats change nothing and are answered right here;
+            # an operation that writes or awaits takes the lock (free, so
+            # without yielding) before its first await.
+            group = self.groups.get(group_id)
+            ctx = self.context(group_id, group, group_type, new_member_id)
+            outcome, op_now_ms = op(group, ctx), ctx.now_ms
+            if isinstance(outcome, Result) and not outcome.records:
+                self.apply_timers(group_id, outcome.timers, op_now_ms)
+                return outcome.response
+        lock = self._locks.take(group_id)
+        try:
+            async with lock:
+                if outcome is None:
+                    return await self._run_locked(group_id, op, cause, new_member_id, group_type)
+                return await self._finish(group_id, group, outcome, cause, op_now_ms)
+        finally:
+            self._locks.give_back(group_id)
+
+    def context(
+        self, group_id: str, group: Group | None, group_type: str | None, new_member_id: str
+    ) -> Context:
+        image = self.image_for(group_id, group.group_type if group is not None else group_type)
+        return Context(
+            now_ms=self.clock.wall_ms(), config=self.config, image=image, new_member_id=new_member_id
+        )
+
+    async def _run_locked(
+        self,
+        group_id: str,
+        op: Operation[T] | AsyncOperation[T],
+        cause: str,
+        new_member_id: str,
+        group_type: str | None = None,
+    ) -> T:
+        """Runs `op` with the group's lock held."""
+        group = await self._current_group(group_id)
+        ctx = self.context(group_id, group, group_type, new_member_id)
+        return await self._finish(group_id, group, op(group, ctx), cause, ctx.now_ms)
+
+    async def _finish(
+        self,
+        group_id: str,
+        group: Group | None,
+        outcome: Result[T] | Awaitable[Result[T]],
+        cause: str,
+        op_now_ms: int,
+    ) -> T:
+        """With the group's lock held: awaits `op`'s result if it is computed
+        elsewhere, stores its records, replays them onto the group and applies
+        its timers (`op_now_ms`: the operation's time, which they are relative to)."""
+        write: PreparedWrite | None = None
+        if isinstance(outcome, Result):
+            result = outcome
+        else:
+            result = await outcome
+            if len(result.records) > PREPARE_INLINE_MAX_RECORDS:
+                write = await asyncio.to_thread(prepare_write, group_id, result.records)
+        if result.records:
+            await self._store(group_id, result.records, write)
+            log_records(self.log, group, group_id, result.records, cause)
+            try:
+                replayed = replay_all(group, group_id, result.records)
+            except Exception:
+                # Stored but not applicable: a bug. Reload from the store next time.
+                self._mark_stale(group_id, WriteInDoubt.of(result.records))
+                raise
+            if replayed is None:
+                self.groups.pop(group_id, None)
+                self._connect_images.pop(group_id, None)
+                self.assigner.forget((group_id,))
+            else:
+                self.groups[group_id] = replayed
+                self.assigner.observe(group_id, replayed, result.records)
+        self.apply_timers(group_id, result.timers, op_now_ms)
+        return result.response
+
+    async def _store(self, group_id: str, records: Sequence[Record], write: PreparedWrite | None) -> None:
+        """Stores `records` (as `write` when it was prepared already)."""
+        # A plain try rather than a context manager: this runs for every write, and an
+        # async one costs a generator and two more awaits each time.
+        self._refuse_if_store_down(group_id)
+        try:
+            await self.store.append(group_id, write or records)
+        except (StoreUnavailable, NotOwner) as e:
+            raise self._write_failed(group_id, e, WriteInDoubt.of(records)) from e
+        except StoreConflict as e:
+            raise self._write_conflicted(group_id, e) from e
+
+    def _write_conflicted(self, group_id: str, e: StoreConflict) -> ApiError:
+        """Postgres refused a group's write for a constraint: the store holds what this
+        process did not write (another writer), so memory cannot vouch for any member
+        (no session is renewed from it). The group is reloaded before its next use, and
+        the retry the answer asks for runs against what the store holds."""
+        self._mark_stale(group_id, EVERYONE_IN_DOUBT)
+        self.log.warning("group_write_conflict", group_id=group_id, constraint=e.constraint, error=str(e))
+        return CoordinatorNotAvailable(
+            f"The write conflicted with the store ({e}); the group is reloaded before its next use."
+        )
+
+    def _write_failed(
+        self, group_id: str, e: StoreUnavailable | NotOwner, in_doubt: WriteInDoubt = NOTHING_IN_DOUBT
+    ) -> ApiError:
+        """The protocol error for a failed write; memory may no longer match the store."""
+        # The commit may or may not have happened: reload before the next use.
+        self._mark_stale(group_id, in_doubt)
+        if isinstance(e, NotOwner):
+            self.log.warning("group_ownership_lost", group_id=group_id, error=str(e))
+            return NotCoordinator(str(e))
+        self.log.warning("group_write_failed", group_id=group_id, error=str(e))
+        self._store_failed()
+        return CoordinatorNotAvailable(str(e))
+
+    @property
+    def store_down(self) -> bool:
+        return self.watch is not None and not self.watch.available
+
+    def _store_failed(self) -> None:
+        if self.watch is not None:
+            self.watch.report_failure()
+
+    def _refuse_if_store_down(self, group_id: str) -> None:
+        """Refuses a group's write while the store is known to be away. Nothing is
+        tried, so nothing is in doubt; the group is still reloaded once the store is
+        back, which gives its members a full session (as after any failed write)."""
+        if self.store_down:
+            self._mark_stale(group_id, NOTHING_IN_DOUBT)
+            raise CoordinatorNotAvailable("The store (Postgres) is unreachable; retry after a backoff.")
+
+    def _mark_stale(self, group_id: str, in_doubt: WriteInDoubt) -> None:
+        self._stale[group_id] = self._stale.get(group_id, NOTHING_IN_DOUBT).plus(in_doubt)
+
+    async def _current_group(self, group_id: str) -> Group | None:
+        if group_id not in self._stale:
+            return self.groups.get(group_id)
+        self._refuse_if_store_down(group_id)
+        try:
+            group = await self.store.load_group(group_id)
+            owner = await self.store.group_owner(group_id)
+        except StoreUnavailable as e:
+            self._store_failed()
+            raise CoordinatorNotAvailable(str(e)) from e
+        if owner is not None and owner != (self.store.replica_id, self.store.owner_epoch):
+            raise NotCoordinator(f"Group {group_id} is owned by {owner[0]} at owner epoch {owner[1]}.")
+        del self._stale[group_id]
+        self.assigner.forget((group_id,))  # the worker's copy was read from the old object
+        if group is None:
+            self.groups.pop(group_id, None)
+        else:
+            self.groups[group_id] = group
+            self.arm_loaded_timers(group, self.clock.monotonic_ms())
+        self.log.info("group_reloaded", group_id=group_id, exists=group is not None)
+        return group
+
+    def apply_timers(self, group_id: str, ops: Sequence[TimerOp], op_now_ms: int) -> None:
+        """Arms the engine's timers. Their deadlines are in the operation's wall-clock
+        time (`op_now_ms`); they are armed as far ahead on the monotonic clock, so a
+        step of the wall clock neither fires nor delays them (see `clock`)."""
+        if not ops:
+            return
+        shift = self.clock.monotonic_ms() - op_now_ms
+        for op in ops:
+            match op:
+                case ScheduleSessionTimeout():
+                    self.timers.schedule(TimerKey(group_id, op.member_id, "session"), op.deadline_ms + shift)
+                case ScheduleRebalanceTimeout():
+                    self.timers.schedule(
+                        TimerKey(group_id, op.member_id, "rebalance"), op.deadline_ms + shift, op.member_epoch
+                    )
+                case CancelRebalanceTimeout():
+                    self.timers.cancel(TimerKey(group_id, op.member_id, "rebalance"))
+                case CancelTimeouts():
+                    self.timers.cancel_member(group_id, op.member_id)
+                case ScheduleAssignment():
+                    key = TimerKey(group_id, "", "assignment")
+                    if self.timers.deadline(key) is None:
+                        self.timers.schedule(key, op.deadline_ms + shift)
