@@ -18,7 +18,7 @@ from .accept import AcceptWidener, widened_server
 from .clock import Clock, SystemClock
 from .config import Settings
 from .embedded import start_embedded_postgres
-from .migrate import DEFAULT_MIGRATIONS_DIR, apply_migrations
+from .migrate import Migration, apply_migrations, discover
 from .runtime import Coordinator
 from .service import GroupAdminService, GroupCoordinatorService
 from .store import PostgresStore, StoreUnavailable
@@ -48,13 +48,21 @@ async def resolve_database_url(settings: Settings) -> str:
     return await asyncio.to_thread(start_embedded_postgres, settings.data_dir)
 
 
-async def run_migrations(dsn: str, settings: Settings) -> list[str]:
+def find_migrations(settings: Settings) -> list[Migration]:
+    """REGROUP_MIGRATIONS_DIR's migrations, else the packaged ones; MigrationError if there are none.
+
+    Called before any database is started or reached, so that a broken install says so first.
+    """
+    return discover(settings.migrations_dir)
+
+
+async def run_migrations(dsn: str, migrations: list[Migration]) -> list[str]:
     try:
         conn = await asyncpg.connect(dsn)
     except (OSError, asyncpg.PostgresError) as e:
         raise StoreUnavailable(f"Cannot connect to Postgres: {e}") from e
     try:
-        return await apply_migrations(conn, settings.migrations_dir or DEFAULT_MIGRATIONS_DIR)
+        return await apply_migrations(conn, migrations)
     finally:
         await conn.close()
 
@@ -78,8 +86,9 @@ class RegroupServer:
     _watch: StoreWatch | None = None
 
     async def start(self) -> None:
+        migrations = find_migrations(self.settings)
         dsn = await resolve_database_url(self.settings)
-        applied = await run_migrations(dsn, self.settings)
+        applied = await run_migrations(dsn, migrations)
         if applied:
             log.info("migrations_applied", migrations=applied)
         self._store = await PostgresStore.connect(

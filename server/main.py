@@ -11,9 +11,10 @@ import sys
 
 import structlog
 
-from .app import RegroupServer, resolve_database_url, run_migrations
+from .app import RegroupServer, find_migrations, resolve_database_url, run_migrations
 from .config import ConfigError, Settings, add_arguments, settings_from_environment
 from .logs import configure_logging
+from .migrate import MigrationError
 from .store import StoreUnavailable
 
 
@@ -42,8 +43,9 @@ async def _serve(settings: Settings) -> None:
 
 
 async def _migrate(settings: Settings) -> None:
+    migrations = find_migrations(settings)
     dsn = await resolve_database_url(settings)
-    applied = await run_migrations(dsn, settings)
+    applied = await run_migrations(dsn, migrations)
     structlog.get_logger("regroup").info("migrations_applied", migrations=applied)
 
 
@@ -71,5 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         _run(_migrate(settings) if args.command == "migrate" else _serve(settings))
     except StoreUnavailable as e:
         print(f"regroup: {e}", file=sys.stderr)
+        return 1
+    except MigrationError as e:
+        # Missing, misnamed or edited migrations: an install or release problem to fix, not a crash.
+        print(f"regroup: migrations: {e}", file=sys.stderr)
         return 1
     return 0

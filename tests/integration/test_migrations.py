@@ -1,17 +1,30 @@
-"""Migrations: applied in order to an empty database, recorded, never re-run or edited."""
+"""Migrations: applied in order to an empty database, recorded, never re-run or edited;
+shipped inside the wheel, and never silently absent."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 import pytest
 
-from regroup.server.migrate import DEFAULT_MIGRATIONS_DIR, MigrationError, discover, migrate
+from regroup.server.migrate import MigrationError, discover, migrate
 from tests.support.pg import EmbeddedPostgres
 
 pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The source of truth: the SQL files of the checkout, in order.
+CHECKOUT_MIGRATIONS = sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))
 
 
 async def test_migrations_apply_to_an_empty_database(postgres: EmbeddedPostgres) -> None:
@@ -38,7 +51,7 @@ async def test_migrations_apply_to_an_empty_database(postgres: EmbeddedPostgres)
 
 async def test_an_edited_migration_is_refused(postgres: EmbeddedPostgres, tmp_path: Path) -> None:
     dsn = await postgres.empty_database()
-    for path in DEFAULT_MIGRATIONS_DIR.glob("*.sql"):
+    for path in (ROOT / "migrations").glob("*.sql"):
         shutil.copy(path, tmp_path / path.name)
     await migrate(dsn, tmp_path)
     first = min(tmp_path.glob("*.sql"))
@@ -58,7 +71,7 @@ async def test_connectors_without_a_group_become_an_empty_connect_group(
     postgres: EmbeddedPostgres, tmp_path: Path
 ) -> None:
     dsn = await postgres.empty_database()
-    before = [m for m in DEFAULT_MIGRATIONS_DIR.glob("*.sql") if m.name < "0004"]
+    before = [m for m in (ROOT / "migrations").glob("*.sql") if m.name < "0004"]
     for path in before:
         shutil.copy(path, tmp_path / path.name)
     await migrate(dsn, tmp_path)
@@ -86,3 +99,150 @@ async def test_connectors_without_a_group_become_an_empty_connect_group(
     assert sorted(groups) == [("consumers", "consumer", 3), ("orphan", "connect", 0)]
     assert connectors == [("orphan", "A"), ("orphan", "B")]
     assert left == 0
+
+
+def test_an_empty_migrations_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(MigrationError, match="No migrations"):
+        discover(tmp_path)
+
+
+def test_a_missing_migrations_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(MigrationError, match="does not exist"):
+        discover(tmp_path / "absent")
+
+
+@pytest.mark.parametrize("command", ["migrate", "serve"])
+@pytest.mark.parametrize("directory", ["empty", "absent"])
+async def test_migrate_without_migrations_fails_loudly(
+    postgres: EmbeddedPostgres, tmp_path: Path, directory: str, command: str
+) -> None:
+    """`migrate` (and `serve`) with nothing to apply exit non-zero and say why, even with a
+    reachable database (before, `migrate` reported success and `serve` then failed on a
+    missing table)."""
+    (tmp_path / "empty").mkdir()
+    dsn = await postgres.empty_database()
+    env = {**_clean_environment(), "DATABASE_URL": dsn, "REGROUP_MIGRATIONS_DIR": str(tmp_path / directory)}
+
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "regroup.server", command, "--listen", "127.0.0.1:0"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "regroup: migrations:" in result.stderr
+    assert str(tmp_path / directory) in result.stderr
+    assert "Traceback" not in result.stderr
+    conn = await asyncpg.connect(dsn)
+    try:
+        # Nothing was attempted: the missing migrations are found before the database is touched.
+        assert await conn.fetchval("SELECT to_regclass('schema_migrations')") is None
+    finally:
+        await conn.close()
+
+
+@dataclass(frozen=True)
+class Installed:
+    """regroup and regroup-client installed from their wheels into `site`, outside the checkout."""
+
+    site: Path
+    wheel_names: frozenset[str]
+
+    def environment(self, **extra: str) -> dict[str, str]:
+        # -S keeps site-packages' .pth files (the checkout's editable install) off sys.path;
+        # PYTHONPATH then gives the installed wheels first, and the venv's third-party packages.
+        venv_site = sysconfig.get_paths()["purelib"]
+        return {**_clean_environment(), "PYTHONPATH": f"{self.site}{os.pathsep}{venv_site}", **extra}
+
+
+def _clean_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("REGROUP_", "DATABASE_URL", "PYTHON"))}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    base = tmp_path_factory.mktemp("installed")
+    wheels, site = base / "wheels", base / "site"
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run(
+        [
+            *pip,
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(ROOT),
+            str(ROOT / "clients/python"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (server_wheel,) = wheels.glob("regroup-*.whl")
+    with zipfile.ZipFile(server_wheel) as archive:
+        names = frozenset(archive.namelist())
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "--target", str(site), *map(str, wheels.glob("*.whl"))],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return Installed(site, names)
+
+
+def test_the_wheel_carries_the_migrations(installed: Installed) -> None:
+    for name in CHECKOUT_MIGRATIONS:
+        assert f"regroup/server/migrations/{name}" in installed.wheel_names, name
+
+
+def test_an_installed_server_finds_its_migrations_outside_a_checkout(
+    installed: Installed, tmp_path: Path
+) -> None:
+    script = (
+        "import json, regroup.server\n"
+        "from regroup.server.migrate import discover\n"
+        "print(json.dumps({'file': regroup.server.__file__, 'migrations': [m.name for m in discover()]}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        env=installed.environment(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert Path(found["file"]).is_relative_to(installed.site)  # the wheel's copy, not the checkout's
+    assert found["migrations"] == CHECKOUT_MIGRATIONS
+
+
+async def test_an_installed_migrate_command_creates_the_schema(
+    installed: Installed, postgres: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    dsn = await postgres.empty_database()
+
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-S", "-m", "regroup.server", "migrate"],
+        env=installed.environment(DATABASE_URL=dsn),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    conn = await asyncpg.connect(dsn)
+    try:
+        names = [r["name"] for r in await conn.fetch("SELECT name FROM schema_migrations ORDER BY version")]
+        groups = await conn.fetchval("SELECT to_regclass('groups')")
+    finally:
+        await conn.close()
+    assert names == CHECKOUT_MIGRATIONS
+    assert groups is not None
