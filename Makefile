@@ -7,7 +7,7 @@ PROTO_OUT := clients/python/src
 PROTOS := $(wildcard proto/regroup/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: setup run migrate proto proto-check proto-lint lint typecheck test test-unit test-integration helm-lint bench fmt clean
+.PHONY: setup run migrate proto proto-check proto-lint proto-baseline lint typecheck test test-unit test-integration helm-lint bench fmt clean
 
 setup: $(STAMP)
 
@@ -33,9 +33,14 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	$(PY) tools/gen_proto.py --check $(PROTO_OUT)
 
-## buf lint, buf breaking against main, and Java/C++ generation from proto/ (tools/proto_checks.py).
+## buf lint, buf breaking against the released API (tools/proto-baseline.binpb), and Java/C++
+## generation from proto/ (tools/proto_checks.py).
 proto-lint: $(STAMP)
 	$(PY) tools/proto_checks.py
+
+## At a release only: records proto/ as the released API that buf breaking compares with.
+proto-baseline: $(STAMP)
+	$(PY) tools/proto_checks.py --refresh-baseline
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,8 +1,12 @@
 """Checks that proto/ is clean for every code generator, not only Python's.
 
 1. `buf lint` (rules in buf.yaml).
-2. `buf breaking` against the main branch: the API only grows. Skipped, with a
-   note, where there is no git history (an unpacked tarball).
+2. `buf breaking` against the committed baseline image tools/proto-baseline.binpb:
+   the API only grows. The baseline is the API as last released, refreshed on
+   purpose at a release (`make proto-baseline`). Comparing with the main branch
+   instead let a breaking change pass once it was merged, and needed a history a
+   clean CI clone may not have; the image is in every checkout and tarball. It
+   lives under tools/, not proto/, where buf would lint it as part of the API.
 3. protoc generates Java and C++ message code from proto/ without errors, and
    every file it should write is there. grpcio-tools' protoc carries only the
    Python generator, so this uses the full protoc of the pinned
@@ -11,6 +15,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -19,6 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 BIN = Path(sys.executable).parent
+BASELINE = ROOT / "tools" / "proto-baseline.binpb"
+#: buf's exit status when it reports findings (breaking changes, or files that do not compile).
+_BUF_FINDINGS = 100
 
 
 def run(*cmd: str) -> None:
@@ -26,11 +35,37 @@ def run(*cmd: str) -> None:
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
-def has_main_branch() -> bool:
-    probe = subprocess.run(
-        ["git", "rev-parse", "--verify", "--quiet", "main:proto"], cwd=ROOT, capture_output=True
-    )
-    return probe.returncode == 0
+def build_baseline(root: Path = ROOT, output: Path = BASELINE) -> None:
+    """Writes the image of root/proto that later checks compare with.
+
+    Without source info: comparisons need none, and the file then changes only with the API.
+    """
+    run(str(BIN / "buf"), "build", str(root / "proto"), "--exclude-source-info", "-o", str(output))
+
+
+def breaking_changes(root: Path = ROOT, baseline: Path = BASELINE) -> list[str]:
+    """buf's breaking-change findings for root/proto (configured by root/buf.yaml) against
+    `baseline`, one `path:line: RULE message` each; empty when compatible.
+
+    Raises RuntimeError when buf cannot compare at all (no baseline, proto/ does not compile),
+    so that an error never reads as "no breaking change".
+    """
+    if not baseline.is_file():
+        raise RuntimeError(
+            f"buf breaking: no baseline image at {baseline}; create it with `make proto-baseline`."
+        )
+    cmd = [str(BIN / "buf"), "breaking", "proto", "--against", str(baseline), "--error-format", "json"]
+    result = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
+    if result.returncode == 0:
+        return []
+    findings = []
+    if result.returncode == _BUF_FINDINGS:
+        findings = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    if not findings or any(f.get("type") == "COMPILE" for f in findings):
+        raise RuntimeError(
+            f"buf breaking could not compare {root / 'proto'}:\n{result.stdout}{result.stderr}"
+        )
+    return [f"{f['path']}:{f.get('start_line', 0)}: {f['type']} {f['message']}" for f in findings]
 
 
 def generate_other_languages() -> None:
@@ -57,12 +92,32 @@ def generate_other_languages() -> None:
         print(f"protoc generated {java_files} Java and {cpp_files} C++ files from {len(protos)} protos")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--refresh-baseline",
+        action="store_true",
+        help=f"record the current proto/ as the released API in {BASELINE.relative_to(ROOT)} (at a release)",
+    )
+    args = parser.parse_args(argv)
+    if args.refresh_baseline:
+        build_baseline()
+        print(f"wrote {BASELINE.relative_to(ROOT)}: commit it with the release")
+        return 0
     run(str(BIN / "buf"), "lint")
-    if has_main_branch():
-        run(str(BIN / "buf"), "breaking", "proto", "--against", ".git#branch=main,subdir=proto")
-    else:
-        print("buf breaking skipped: no main branch in this checkout")
+    print(f"+ buf breaking proto --against {BASELINE.relative_to(ROOT)}", flush=True)
+    try:
+        findings = breaking_changes()
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
+    if findings:
+        print("Breaking changes against the released API (tools/proto-baseline.binpb):", file=sys.stderr)
+        for finding in findings:
+            print(f"  {finding}", file=sys.stderr)
+        return 1
     generate_other_languages()
     return 0
 
