@@ -1,35 +1,134 @@
+{{- define "regroup.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* <release>-<name> (as in chart 0.1), or fullnameOverride as given. */}}
 {{- define "regroup.fullname" -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "regroup.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The migration Job's name: it becomes a pod label (job-name), so at most 63 characters. */}}
+{{- define "regroup.migrateName" -}}
+{{- printf "%s-migrate" (include "regroup.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/*
+Labels. Called with (dict "ctx" $ "component" "server"|"migrate"): the server and the
+migration Job differ by app.kubernetes.io/component, which the Service and the
+Deployment select on, so that neither ever selects a migration pod.
+*/}}
+{{- define "regroup.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "regroup.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The recommended app.kubernetes.io labels; pods get these (no helm.sh/chart, so that a chart bump alone restarts nothing). */}}
+{{- define "regroup.podLabels" -}}
+{{- $labels := include "regroup.selectorLabels" . | fromYaml -}}
+{{- $_ := set $labels "app.kubernetes.io/version" (.ctx.Chart.AppVersion | toString) -}}
+{{- $_ := set $labels "app.kubernetes.io/part-of" "regroup" -}}
+{{- $_ := set $labels "app.kubernetes.io/managed-by" .ctx.Release.Service -}}
+{{- /* podLabels may add labels, never replace the chart's: the selectors depend on them. */ -}}
+{{- toYaml (merge $labels (.ctx.Values.podLabels | default dict)) -}}
 {{- end -}}
 
 {{- define "regroup.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{ include "regroup.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: regroup
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{- define "regroup.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-{{- end -}}
-
+{{/* [global.imageRegistry or image.registry/]image.repository:tag; global wins, as in a parent chart's mirror. */}}
 {{- define "regroup.image" -}}
-{{ printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $registry := (.Values.global).imageRegistry | default .Values.image.registry -}}
+{{- $reference := printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- if $registry -}}
+{{- printf "%s/%s" (trimSuffix "/" $registry) $reference -}}
+{{- else -}}
+{{- $reference -}}
+{{- end -}}
+{{- end -}}
+
+{{/* global.imagePullSecrets then imagePullSecrets, each a name or {name: ...}, without repeats. */}}
+{{- define "regroup.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat ((.Values.global).imagePullSecrets | default list) (.Values.imagePullSecrets | default list) -}}
+{{- if kindIs "string" . -}}
+{{- $names = append $names . -}}
+{{- else -}}
+{{- $names = append $names .name -}}
+{{- end -}}
+{{- end -}}
+{{- with uniq $names }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{- define "regroup.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "regroup.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The migration Job runs as a pre-install/pre-upgrade hook, before the release's own
+resources exist (install) or change (upgrade): it cannot use the ServiceAccount and
+the Secret the chart creates. When the chart creates them, it also creates a copy of
+each for the Job, as hooks of the same phase (see migrate-job.yaml).
+*/}}
+{{- define "regroup.migrateServiceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- include "regroup.migrateName" . -}}
+{{- else -}}
+{{- include "regroup.serviceAccountName" . -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "regroup.databaseSecret" -}}
 {{- default (printf "%s-database" (include "regroup.fullname" .)) .Values.database.existingSecret -}}
 {{- end -}}
 
-{{/* The environment shared by the server and the migration job. */}}
+{{- define "regroup.migrateDatabaseSecret" -}}
+{{- if .Values.database.existingSecret -}}
+{{- .Values.database.existingSecret -}}
+{{- else -}}
+{{- printf "%s-database" (include "regroup.migrateName" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Changes whenever the DSN the chart stores changes (or which Secret and key to read),
+so that pods restart on it: a Secret's new content never reaches a running pod's
+environment. The content of an existingSecret is not the chart's to see; after
+changing one, restart the pods (kubectl rollout restart).
+*/}}
+{{- define "regroup.databaseChecksum" -}}
+{{- list .Values.database.url .Values.database.existingSecret .Values.database.existingSecretKey | toJson | sha256sum -}}
+{{- end -}}
+
+{{- define "regroup.validate" -}}
+{{- if and .Values.database.url .Values.database.existingSecret -}}
+{{- fail "database: set database.url or database.existingSecret, not both: with url the chart creates the Secret holding the DSN, with existingSecret it reads yours." -}}
+{{- end -}}
+{{- if not (or .Values.database.url .Values.database.existingSecret) -}}
+{{- fail "database: set database.url (a postgresql:// DSN; the chart stores it in a Secret) or database.existingSecret (the name of your Secret holding the DSN under database.existingSecretKey)." -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The environment shared by the server and the migration job (DATABASE_URL comes apart: their Secrets differ). */}}
 {{- define "regroup.env" -}}
-- name: DATABASE_URL
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "regroup.databaseSecret" . }}
-      key: {{ .Values.database.existingSecretKey }}
 - name: REGROUP_LISTEN
   value: "0.0.0.0:{{ .Values.service.port }}"
 - name: REGROUP_SESSION_TIMEOUT_MS
@@ -62,4 +161,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ int64 .Values.config.storeTimeoutMs | quote }}
 - name: REGROUP_LOG_LEVEL
   value: {{ .Values.config.logLevel | quote }}
+{{- end -}}
+
+{{- define "regroup.databaseEnv" -}}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secret }}
+      key: {{ .ctx.Values.database.existingSecretKey }}
 {{- end -}}
