@@ -58,6 +58,14 @@ def test_memory_smoke() -> None:
     assert memory.main(["--quick"])["live_heap_bytes"] > 0
 
 
+def test_regex_smoke() -> None:
+    from bench import regex
+
+    summary = regex.main(["--quick"])
+    assert (summary["patterns"], summary["refusals"]) == (len(regex.PATHOLOGICAL), len(regex.OVER_BUDGET))
+    assert summary["pathological_worst_ratio"] > 0
+
+
 def test_steps_smoke() -> None:
     from bench import steps
 

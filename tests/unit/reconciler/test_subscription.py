@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import string
-import time
 from dataclasses import replace
 
 import pytest
@@ -34,14 +33,12 @@ def test_pathological_pattern_compiles_and_matches_in_linear_time(pattern: str) 
     # The longest legal topic names, made of what the pattern repeats, and failing only at the end.
     names = [c * MAX_TOPIC_NAME_LENGTH for c in "ax"] + ["a" * (MAX_TOPIC_NAME_LENGTH - 1) + "c"]
 
-    start = time.perf_counter()
     compiled = compile_regex(pattern)
     matched = [bool(compiled.fullmatch(name)) for name in names]
-    elapsed = time.perf_counter() - start
 
+    # Answered at all: with a backtracking engine this would not return. How long it takes
+    # (well under a millisecond, about the time of a plain pattern) is bench/regex.py's figure.
     assert matched == [False, False, False]
-    # Well under a millisecond in practice; the bound only keeps a loaded CI machine green.
-    assert elapsed < 0.05, f"{pattern} took {elapsed * 1000:.1f} ms"
 
 
 def test_admitted_pattern_with_a_large_program_matches_a_registry_of_long_names_quickly() -> None:
@@ -50,14 +47,11 @@ def test_admitted_pattern_with_a_large_program_matches_a_registry_of_long_names_
     rng = random.Random(7)
     names = ["".join(rng.choices(string.ascii_lowercase + ".-", k=MAX_TOPIC_NAME_LENGTH)) for _ in range(300)]
 
-    start = time.perf_counter()
     compiled = compile_regex("(?:.{0,10}){100}")
     matched = sum(1 for name in names if compiled.fullmatch(name))
-    elapsed = time.perf_counter() - start
 
+    # The time (milliseconds for the registry) is bench/regex.py's figure.
     assert matched == len(names)
-    # About 30 ms measured.
-    assert elapsed < 0.3, f"{elapsed * 1000:.0f} ms"
 
 
 def test_regex_matches_whole_names_only() -> None:
@@ -95,18 +89,16 @@ def test_python_only_constructs_are_refused_with_the_syntax_named(pattern: str) 
 
 @pytest.mark.parametrize("pattern", ["\\p{L}{100}", "\\p{L}{0,249}", "(?i)\\pL{80}[^a]{1000}"])
 def test_program_over_the_memory_budget_is_refused_quickly(pattern: str) -> None:
-    start = time.perf_counter()
     with pytest.raises(InvalidRegularExpression) as raised:
         compile_regex(pattern)
-    elapsed = time.perf_counter() - start
 
     assert raised.value.message == (
         f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: its compiled program "
         "exceeds the 1 MiB memory budget; use fewer or smaller counted repetitions ({n}) and narrower "
         "character classes."
     )
-    # About 10 ms measured; under RE2's default 8 MiB budget these take 50-200 ms to compile.
-    assert elapsed < 0.1, f"{pattern} took {elapsed * 1000:.1f} ms"
+    # Refused by the program check (about 10 ms, bench/regex.py); under RE2's default 8 MiB
+    # budget these took 50-200 ms to compile.
 
 
 @pytest.mark.parametrize(
