@@ -148,6 +148,8 @@ class GroupMember:
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._failure: RegroupError | None = None
+        #: Set (then dropped) at the next change `wait_for_assignment` may wait for.
+        self._changed: asyncio.Event | None = None
         self._joined = False
 
     # -- public API --------------------------------------------------------
@@ -180,6 +182,14 @@ class GroupMember:
 
     def _hold(self, owned: frozenset[TopicPartition], epochs: dict[TopicPartition, int]) -> None:
         self._holding = (owned, epochs)
+        self._notify()
+
+    def _notify(self) -> None:
+        """Wakes `wait_for_assignment`: the assignment, the epoch, the target or the
+        failure changed. Every change of them calls this (on the member's loop)."""
+        event, self._changed = self._changed, None
+        if event is not None:
+            event.set()
 
     async def join(
         self,
@@ -307,7 +317,9 @@ class GroupMember:
         while not check(self.assignment()):
             if self._failure is not None:
                 raise self._failure
-            await asyncio.sleep(0.01)
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            await self._changed.wait()
         return self.assignment()
 
     async def close(self, *, permanent: bool | None = None) -> None:
@@ -477,6 +489,7 @@ class GroupMember:
         self._sent.update(fields)
         self._member_id = response.member_id or self._member_id
         self._epoch = response.member_epoch
+        self._notify()
         self._session_timeout_ms = response.session_timeout_ms
         self._interval_ms = response.heartbeat_interval_ms
         self._last_answered_send = sent_at
@@ -487,9 +500,11 @@ class GroupMember:
                     "member %s target at epoch %d: %d partitions", self._member_id, self._epoch, len(target)
                 )
             self._target = target
+            self._notify()
             self._want_reconcile()
         elif self._target is None and self._epoch > 0:
             self._target = frozenset()
+            self._notify()
 
     def _note_renewed_session(self, response: Response, sent_at: float) -> None:
         """A refusal whose `session_renewed` says the coordinator could not store
@@ -538,6 +553,7 @@ class GroupMember:
         assert self._lost_done is not None
         self._epoch = JOIN_EPOCH
         self._target = None
+        self._notify()
         self._send_full = True
         self._lose_requested = True
         self._lost_done.clear()
@@ -549,6 +565,7 @@ class GroupMember:
     def _fail(self, error: RegroupError) -> None:
         log.error("member %s stops: %s", self._member_id, error)
         self._failure = error
+        self._notify()
         if self._joined:
             self._lose_everything()
 
@@ -591,6 +608,7 @@ class GroupMember:
         if response.error_code != common_pb2.NONE:
             log.warning("leave of %s refused: %s", self._member_id, error_name(response.error_code))
         self._epoch = epoch
+        self._notify()
         log.info("member %s left group %s with epoch %d", self._member_id, self._group_id, epoch)
 
     async def _stop_tasks(self) -> None:

@@ -5,19 +5,35 @@ and listener callbacks run in worker threads so heartbeats go on meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
 
-from regroup.client.assignors.base import ClientAssignor
 from regroup.client.connect import ConnectWorker
 from regroup.client.errors import RegroupError
 from regroup.client.member import GroupMember, MemberOptions
 from regroup.client.types import Assignment, RebalanceListener, TopicPartition
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _twin(
+    method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[SyncGroupMember, P], T]:
+    """The synchronous twin of an async member method: the same signature and docs
+    (taken from the method, so the twins cannot drift), run on the member's loop."""
+    name = method.__name__
+
+    def call(self: SyncGroupMember, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        coro: Coroutine[Any, Any, T] = getattr(self._member, name)(*args, **kwargs)
+        return self._call(coro)
+
+    functools.update_wrapper(call, method)  # name, docs and, for inspect, the signature
+    return call
 
 
 class _InWorkerThread:
@@ -104,33 +120,9 @@ class SyncGroupMember:
     def assignment(self) -> Assignment:
         return self._member.assignment()
 
-    def join(
-        self,
-        group_id: str,
-        *,
-        topics: Sequence[str] | None = None,
-        regex: str | None = None,
-        instance_id: str | None = None,
-        rack_id: str | None = None,
-        assignor: str | None = None,
-    ) -> None:
-        self._call(
-            self._member.join(
-                group_id,
-                topics=topics,
-                regex=regex,
-                instance_id=instance_id,
-                rack_id=rack_id,
-                assignor=assignor,
-            )
-        )
-
-    def commit(self, offsets: Mapping[TopicPartition, int | tuple[int, str]]) -> None:
-        """See GroupMember.commit."""
-        self._call(self._member.commit(offsets))
-
-    def committed(self, partitions: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
-        return self._call(self._member.committed(partitions))
+    join = _twin(GroupMember.join)
+    commit = _twin(GroupMember.commit)
+    committed = _twin(GroupMember.committed)
 
     def subscribe(self, *, topics: Sequence[str] | None = None, regex: str | None = None) -> None:
         self._loop.call_soon_threadsafe(lambda: self._member.subscribe(topics=topics, regex=regex))
@@ -168,23 +160,4 @@ class SyncConnectWorker(SyncGroupMember):
 
     _member_class = ConnectWorker
 
-    def join(  # type: ignore[override]
-        self,
-        group_id: str,
-        *,
-        url: str,
-        instance_id: str | None = None,
-        client_assignors: Sequence[ClientAssignor] | None = None,
-        assignor: str | None = None,
-    ) -> None:
-        worker = self._member
-        assert isinstance(worker, ConnectWorker)
-        self._call(
-            worker.join(
-                group_id,
-                url=url,
-                instance_id=instance_id,
-                client_assignors=client_assignors,
-                assignor=assignor,
-            )
-        )
+    join = _twin(ConnectWorker.join)  # type: ignore[arg-type]
