@@ -46,7 +46,7 @@ from bench.report import figure, machine, table
 from regroup.reconciler import Topic
 from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, Assignor, GroupSpec, MemberSpec, SubscriptionType
 from regroup.reconciler.context import GroupConfig
-from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member
+from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member, MemberMetadata
 from regroup.reconciler.target_assignment import compute_target_assignment
 from regroup.reconciler.topics import TopicsImage
 
@@ -183,7 +183,10 @@ def bench_target_assignment(
     out = []
     for mode in MODES:
         spec = built[mode]
-        members = {m: Member(m, subscribed_topic_names=names, server_assignor=name) for m in spec.members}
+        members = {
+            m: Member(m, MemberMetadata(subscribed_topic_names=names, server_assignor=name))
+            for m in spec.members
+        }
         current = {m: s.current for m, s in spec.members.items() if s.current}
         sizes = [t.num_partitions for t in spec.topics.values()]
         count = len(members)

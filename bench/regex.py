@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 from bench.report import figure, table
-from regroup.reconciler.errors import InvalidRegularExpression
 from regroup.reconciler import subscription
+from regroup.reconciler.errors import InvalidRegularExpression
 from regroup.reconciler.subscription import compile_regex
 from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
 

@@ -48,6 +48,7 @@ from .model import (
     Assignment,
     Group,
     Member,
+    MemberMetadata,
     MemberState,
     is_subset,
     make_assignment,
@@ -402,37 +403,36 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
             server_assignor = None
     if req.server_assignor is not None:
         server_assignor, client_assignors = req.server_assignor, ()
-    merged = replace(
-        member,
-        instance_id=req.instance_id if req.instance_id is not None else member.instance_id,
-        rack_id=req.rack_id if req.rack_id is not None else member.rack_id,
-        client_id=sys.intern(req.client_id) if req.client_id is not None else member.client_id,
-        client_host=sys.intern(req.client_host) if req.client_host else member.client_host,
+    metadata = member.metadata
+    merged = MemberMetadata(
+        instance_id=req.instance_id if req.instance_id is not None else metadata.instance_id,
+        rack_id=req.rack_id if req.rack_id is not None else metadata.rack_id,
+        client_id=sys.intern(req.client_id) if req.client_id is not None else metadata.client_id,
+        client_host=sys.intern(req.client_host) if req.client_host else metadata.client_host,
         subscribed_topic_names=names,
         subscribed_topic_regex=regex,
         server_assignor=server_assignor,
         rebalance_timeout_ms=timeout,
         client_assignors=client_assignors,
-        url=req.url if req.url is not None else member.url,
+        url=req.url if req.url is not None else metadata.url,
     )
-    return member if merged.same_metadata(member) else merged
+    return member if merged == metadata else replace(member, metadata=merged)
 
 
 def _sends_nothing_new(member: Member, req: ConsumerGroupHeartbeat) -> bool:
     """A cheap check for the common heartbeat, which sends no metadata at all."""
+    m = member.metadata
     return (
         req.subscribed_topic_names is None
         and req.subscribed_topic_regex is None
-        and (
-            req.rebalance_timeout_ms is None or req.rebalance_timeout_ms in (-1, member.rebalance_timeout_ms)
-        )
-        and (req.instance_id is None or req.instance_id == member.instance_id)
-        and (req.rack_id is None or req.rack_id == member.rack_id)
-        and (req.client_id is None or req.client_id == member.client_id)
-        and (not req.client_host or req.client_host == member.client_host)
-        and (req.server_assignor is None or req.server_assignor == member.server_assignor)
-        and (req.client_assignors is None or req.client_assignors == member.client_assignors)
-        and (req.url is None or req.url == member.url)
+        and (req.rebalance_timeout_ms is None or req.rebalance_timeout_ms in (-1, m.rebalance_timeout_ms))
+        and (req.instance_id is None or req.instance_id == m.instance_id)
+        and (req.rack_id is None or req.rack_id == m.rack_id)
+        and (req.client_id is None or req.client_id == m.client_id)
+        and (not req.client_host or req.client_host == m.client_host)
+        and (req.server_assignor is None or req.server_assignor == m.server_assignor)
+        and (req.client_assignors is None or req.client_assignors == m.client_assignors)
+        and (req.url is None or req.url == m.url)
     )
 
 

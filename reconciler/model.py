@@ -147,15 +147,11 @@ class ClientAssignor:
 
 
 @dataclass(frozen=True, slots=True)
-class Member:
-    """A member: its subscription (metadata) and its current assignment.
+class MemberMetadata:
+    """A member's identity and subscription: one value, merged from its heartbeats,
+    compared, stored by MemberMetadataRecord and replayed whole (its fields are
+    listed here only, and read through `Member`'s properties)."""
 
-    The two halves are persisted by different records, as in Kafka: the
-    metadata when the member's subscription or identity changes, the current
-    assignment when reconciliation moves it.
-    """
-
-    member_id: str
     instance_id: str | None = None
     rack_id: str | None = None
     client_id: str = ""
@@ -165,6 +161,27 @@ class Member:
     subscribed_topic_regex: str | None = None
     server_assignor: str | None = None
     rebalance_timeout_ms: int = 0
+    #: Client-side assignors in the member's order of preference (empty: server-side).
+    client_assignors: tuple[ClientAssignor, ...] = ()
+    #: Connect workers: the worker URL.
+    url: str = ""
+
+
+NO_METADATA = MemberMetadata()
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A member: its metadata and its current assignment.
+
+    The two halves are persisted by different records, as in Kafka: the
+    metadata when the member's subscription or identity changes, the current
+    assignment when reconciliation moves it. A reconciliation step replaces the
+    member and shares its metadata value.
+    """
+
+    member_id: str
+    metadata: MemberMetadata = NO_METADATA
     state: MemberState = MemberState.STABLE
     member_epoch: int = 0
     previous_member_epoch: int = 0
@@ -172,27 +189,52 @@ class Member:
     assigned: Assignment = field(default_factory=dict)
     #: Partitions the member was asked to revoke and has not released yet.
     pending_revocation: Assignment = field(default_factory=dict)
-    #: Client-side assignors in the member's order of preference (empty: server-side).
-    client_assignors: tuple[ClientAssignor, ...] = ()
-    #: Connect workers: the worker URL.
-    url: str = ""
+
+    @property
+    def instance_id(self) -> str | None:
+        return self.metadata.instance_id
+
+    @property
+    def rack_id(self) -> str | None:
+        return self.metadata.rack_id
+
+    @property
+    def client_id(self) -> str:
+        return self.metadata.client_id
+
+    @property
+    def client_host(self) -> str:
+        return self.metadata.client_host
+
+    @property
+    def subscribed_topic_names(self) -> tuple[str, ...]:
+        return self.metadata.subscribed_topic_names
+
+    @property
+    def subscribed_topic_regex(self) -> str | None:
+        return self.metadata.subscribed_topic_regex
+
+    @property
+    def server_assignor(self) -> str | None:
+        return self.metadata.server_assignor
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        return self.metadata.rebalance_timeout_ms
+
+    @property
+    def client_assignors(self) -> tuple[ClientAssignor, ...]:
+        return self.metadata.client_assignors
+
+    @property
+    def url(self) -> str:
+        return self.metadata.url
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch
 
     def same_metadata(self, other: Member) -> bool:
-        return (
-            self.instance_id == other.instance_id
-            and self.rack_id == other.rack_id
-            and self.client_id == other.client_id
-            and self.client_host == other.client_host
-            and self.subscribed_topic_names == other.subscribed_topic_names
-            and self.subscribed_topic_regex == other.subscribed_topic_regex
-            and self.server_assignor == other.server_assignor
-            and self.rebalance_timeout_ms == other.rebalance_timeout_ms
-            and self.client_assignors == other.client_assignors
-            and self.url == other.url
-        )
+        return self.metadata == other.metadata
 
     def same_subscription(self, other: Member) -> bool:
         """Whether the inputs of the assignment are unchanged (a change bumps the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .model import Assignment, ClientAssignor, Computation, Member, MemberState
+from .model import Assignment, Computation, Member, MemberMetadata, MemberState
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,35 +28,14 @@ class GroupTombstone:
 
 @dataclass(frozen=True, slots=True)
 class MemberMetadataRecord:
-    """A member's identity and subscription (the `Member` fields outside its assignment)."""
+    """A member's identity and subscription (its `MemberMetadata`)."""
 
     member_id: str
-    instance_id: str | None
-    rack_id: str | None
-    client_id: str
-    client_host: str
-    subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str | None
-    server_assignor: str | None
-    rebalance_timeout_ms: int
-    client_assignors: tuple[ClientAssignor, ...] = ()
-    url: str = ""
+    metadata: MemberMetadata
 
     @classmethod
     def of(cls, member: Member) -> MemberMetadataRecord:
-        return cls(
-            member_id=member.member_id,
-            instance_id=member.instance_id,
-            rack_id=member.rack_id,
-            client_id=member.client_id,
-            client_host=member.client_host,
-            subscribed_topic_names=member.subscribed_topic_names,
-            subscribed_topic_regex=member.subscribed_topic_regex,
-            server_assignor=member.server_assignor,
-            rebalance_timeout_ms=member.rebalance_timeout_ms,
-            client_assignors=member.client_assignors,
-            url=member.url,
-        )
+        return cls(member.member_id, member.metadata)
 
 
 @dataclass(frozen=True, slots=True)

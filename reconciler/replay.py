@@ -106,20 +106,10 @@ def replay(group: Group, record: Record) -> None:
 
 def _replay_member_metadata(group: Group, record: MemberMetadataRecord) -> None:
     old = group.members.get(record.member_id)
-    base = old if old is not None else Member(member_id=record.member_id)
-    new = replace(
-        base,
-        instance_id=record.instance_id,
-        rack_id=record.rack_id,
-        client_id=record.client_id,
-        client_host=record.client_host,
-        subscribed_topic_names=record.subscribed_topic_names,
-        subscribed_topic_regex=record.subscribed_topic_regex,
-        server_assignor=record.server_assignor,
-        rebalance_timeout_ms=record.rebalance_timeout_ms,
-        client_assignors=record.client_assignors,
-        url=record.url,
-    )
+    if old is not None:
+        new = replace(old, metadata=record.metadata)
+    else:
+        new = Member(record.member_id, record.metadata)
     if old is not None:
         group._index_metadata(old, -1)
     else:

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from regroup.reconciler import GroupConfig, Record, Topic
 from regroup.reconciler.errors import CoordinatorNotAvailable, UnknownServerError
-from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Group, Member
+from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Group, Member, MemberMetadata
 from regroup.reconciler.records import (
     MemberMetadataRecord,
     MemberMetadataTombstone,
@@ -114,10 +114,12 @@ def _compute(request: _Request) -> list[Record] | None:
     for member_id, instance_id, rack_id, names, regex, target in request.members:
         members[member_id] = Member(
             member_id,
-            instance_id=instance_id,
-            rack_id=rack_id,
-            subscribed_topic_names=names,
-            subscribed_topic_regex=regex,
+            MemberMetadata(
+                instance_id=instance_id,
+                rack_id=rack_id,
+                subscribed_topic_names=names,
+                subscribed_topic_regex=regex,
+            ),
         )
         if target:
             targets[member_id] = target

@@ -39,9 +39,9 @@ def log_records(log: Any, group: Group | None, group_id: str, records: Sequence[
                 log.info(
                     "member_joined",
                     member_id=record.member_id,
-                    instance_id=record.instance_id,
-                    topics=list(record.subscribed_topic_names),
-                    regex=record.subscribed_topic_regex,
+                    instance_id=record.metadata.instance_id,
+                    topics=list(record.metadata.subscribed_topic_names),
+                    regex=record.metadata.subscribed_topic_regex,
                 )
             case MemberMetadataTombstone():
                 event = "member_left" if cause == "leave" else "member_fenced"

@@ -20,7 +20,7 @@ import asyncpg
 import structlog
 
 from regroup.reconciler import Group, Record, Topic, replay_all
-from regroup.reconciler.model import Assignment, ClientAssignor, MemberState
+from regroup.reconciler.model import Assignment, ClientAssignor, MemberMetadata, MemberState
 from regroup.reconciler.records import (
     AssignorStateRecord,
     ConnectorsRecord,
@@ -264,6 +264,40 @@ def _current_row(group_id: str, c: CurrentAssignmentRecord) -> tuple[Any, ...]:
     )
 
 
+def _member_row(group_id: str, member_id: str, m: MemberMetadata) -> tuple[Any, ...]:
+    """A members row (sql.UPSERT_MEMBER's columns) from the member's metadata."""
+    return (
+        group_id,
+        member_id,
+        m.instance_id,
+        m.rack_id,
+        m.client_id,
+        m.client_host,
+        list(m.subscribed_topic_names),
+        m.subscribed_topic_regex,
+        m.server_assignor,
+        m.rebalance_timeout_ms,
+        encode_client_assignors(m.client_assignors),
+        m.url,
+    )
+
+
+def _member_metadata(row: Any) -> MemberMetadata:
+    """A member's metadata from its members row (the inverse of `_member_row`)."""
+    return MemberMetadata(
+        instance_id=row["instance_id"],
+        rack_id=row["rack_id"],
+        client_id=row["client_id"],
+        client_host=row["client_host"],
+        subscribed_topic_names=canonical_names(tuple(row["subscribed_topic_names"])),
+        subscribed_topic_regex=row["subscribed_topic_regex"],
+        server_assignor=row["server_assignor"],
+        rebalance_timeout_ms=row["rebalance_timeout_ms"],
+        client_assignors=decode_client_assignors(row["client_assignors"]),
+        url=row["url"],
+    )
+
+
 def prepare_write(group_id: str, records: Sequence[Record]) -> PreparedWrite:
     if len(records) == 1 and type(records[0]) is CurrentAssignmentRecord:
         # A member's reconciliation step, the most frequent write: its row directly,
@@ -293,22 +327,7 @@ def prepare_write(group_id: str, records: Sequence[Record]) -> PreparedWrite:
         if member_ids
     ]
     members = [
-        (
-            group_id,
-            r.member_id,
-            r.instance_id,
-            r.rack_id,
-            r.client_id,
-            r.client_host,
-            list(r.subscribed_topic_names),
-            r.subscribed_topic_regex,
-            r.server_assignor,
-            r.rebalance_timeout_ms,
-            encode_client_assignors(r.client_assignors),
-            r.url,
-        )
-        for r in batch.members.values()
-        if r is not None
+        _member_row(group_id, r.member_id, r.metadata) for r in batch.members.values() if r is not None
     ]
     targets = [(group_id, m, encode_assignment(t)) for m, t in batch.targets.items() if t is not None]
     current = [_current_row(group_id, c) for c in batch.current.values() if c is not None]
@@ -580,21 +599,7 @@ class PostgresStore:
         for gid, rows in connectors.items():
             records[gid].append(ConnectorsRecord(tuple(rows)))
         for row in await conn.fetch(sql.LOAD_MEMBERS[one], *args):
-            records[row["group_id"]].append(
-                MemberMetadataRecord(
-                    member_id=row["member_id"],
-                    instance_id=row["instance_id"],
-                    rack_id=row["rack_id"],
-                    client_id=row["client_id"],
-                    client_host=row["client_host"],
-                    subscribed_topic_names=canonical_names(tuple(row["subscribed_topic_names"])),
-                    subscribed_topic_regex=row["subscribed_topic_regex"],
-                    server_assignor=row["server_assignor"],
-                    rebalance_timeout_ms=row["rebalance_timeout_ms"],
-                    client_assignors=decode_client_assignors(row["client_assignors"]),
-                    url=row["url"],
-                )
-            )
+            records[row["group_id"]].append(MemberMetadataRecord(row["member_id"], _member_metadata(row)))
         for row in await conn.fetch(sql.LOAD_TARGET_ASSIGNMENTS[one], *args):
             records[row["group_id"]].append(
                 TargetAssignmentMemberRecord(row["member_id"], decode_assignment(row["partitions"]))

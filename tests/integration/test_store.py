@@ -7,7 +7,7 @@ import asyncio
 import asyncpg
 import pytest
 
-from regroup.reconciler.model import MemberState
+from regroup.reconciler.model import MemberMetadata, MemberState
 from regroup.reconciler.records import (
     CurrentAssignmentRecord,
     GroupMetadataRecord,
@@ -19,7 +19,7 @@ from regroup.server.store import HELD_CONNECTIONS, NotOwner, PostgresStore, Stor
 
 pytestmark = pytest.mark.integration
 
-MEMBER = MemberMetadataRecord("m", None, None, "", "", ("t",), None, None, 1000)
+MEMBER = MemberMetadataRecord("m", MemberMetadata(subscribed_topic_names=("t",), rebalance_timeout_ms=1000))
 
 
 def current(epoch: int) -> CurrentAssignmentRecord:

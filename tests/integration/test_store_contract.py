@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from regroup.reconciler import Group, Record, Topic, replay_all
-from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Computation, MemberState
+from regroup.reconciler.model import (
+    CONNECT_GROUP_TYPE,
+    ClientAssignor,
+    Computation,
+    MemberMetadata,
+    MemberState,
+)
 from regroup.reconciler.records import (
     AssignorStateRecord,
     ComputationRecord,
@@ -85,19 +91,21 @@ def stored_view(group: Group | None) -> Any:
 
 
 MEMBER = MemberMetadataRecord(
-    member_id="m1",
-    instance_id="i1",
-    rack_id="rack-a",
-    client_id="client",
-    client_host="/10.0.0.1",
-    subscribed_topic_names=("a", "b"),
-    subscribed_topic_regex="c.*",
-    server_assignor="uniform",
-    rebalance_timeout_ms=30_000,
-    client_assignors=(ClientAssignor("x", 0, 2, 1, 1, b"\x00meta"),),
-    url="http://w1",
+    "m1",
+    MemberMetadata(
+        instance_id="i1",
+        rack_id="rack-a",
+        client_id="client",
+        client_host="/10.0.0.1",
+        subscribed_topic_names=("a", "b"),
+        subscribed_topic_regex="c.*",
+        server_assignor="uniform",
+        rebalance_timeout_ms=30_000,
+        client_assignors=(ClientAssignor("x", 0, 2, 1, 1, b"\x00meta"),),
+        url="http://w1",
+    ),
 )
-OTHER = MemberMetadataRecord("m2", None, None, "", "", ("a",), None, None, 1_000)
+OTHER = MemberMetadataRecord("m2", MemberMetadata(subscribed_topic_names=("a",), rebalance_timeout_ms=1_000))
 CREATED: tuple[Record, ...] = (
     GroupMetadataRecord(3, -1234567890123, "consumer"),
     MEMBER,

@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from regroup.client import GroupMember, MemberOptions, RegroupError
-from regroup.reconciler.model import MemberState
+from regroup.reconciler.model import MemberMetadata, MemberState
 from regroup.reconciler.records import CurrentAssignmentRecord, GroupMetadataRecord, MemberMetadataRecord
 from regroup.server.clock import ManualClock
 from regroup.server.store import PostgresStore, StoreUnavailable
@@ -54,7 +54,7 @@ async def database(stoppable_postgres: StoppablePostgres) -> AsyncIterator[str]:
     await asyncio.to_thread(stoppable_postgres.restart)
 
 
-MEMBER = MemberMetadataRecord("m", None, None, "", "", ("t",), None, None, 1000)
+MEMBER = MemberMetadataRecord("m", MemberMetadata(subscribed_topic_names=("t",), rebalance_timeout_ms=1000))
 
 
 def _step(epoch: int) -> CurrentAssignmentRecord:

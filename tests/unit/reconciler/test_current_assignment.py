@@ -13,7 +13,7 @@ import pytest
 from regroup.reconciler import ErrorCode, Group, Member, MemberState, replay
 from regroup.reconciler.current_assignment import PartitionEpoch, reconcile
 from regroup.reconciler.errors import FencedMemberEpoch
-from regroup.reconciler.model import Assignment, IllegalStateError, make_assignment
+from regroup.reconciler.model import Assignment, IllegalStateError, MemberMetadata, make_assignment
 from regroup.reconciler.records import CurrentAssignmentRecord, MemberMetadataRecord
 
 T1 = "t1-id"
@@ -38,7 +38,7 @@ def member(
 ) -> Member:
     return Member(
         member_id="m",
-        subscribed_topic_names=("t1", "t2"),
+        metadata=MemberMetadata(subscribed_topic_names=("t1", "t2")),
         state=state,
         member_epoch=epoch,
         previous_member_epoch=previous,

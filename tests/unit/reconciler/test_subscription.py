@@ -156,7 +156,8 @@ def test_group_with_a_stored_regex_that_no_longer_compiles_keeps_working() -> No
     h.heartbeat(join("g", "a", ["bar"], subscribed_topic_regex="foo.*"))
     assert set(h.groups["g"].target_of("a")) == {"bar-id", "foofoo-id"}
     # As the store loads a member that an older version accepted.
-    record = replace(MemberMetadataRecord.of(h.groups["g"].members["a"]), subscribed_topic_regex=STORED)
+    member = h.groups["g"].members["a"]
+    record = MemberMetadataRecord(member.member_id, replace(member.metadata, subscribed_topic_regex=STORED))
     group = replay_all(h.groups["g"], "g", (record,))
     assert group is not None and group.subscribed_regexes() == {STORED: 1}
     h.groups["g"] = group

@@ -10,7 +10,7 @@ import pytest
 from regroup.reconciler import Topic
 from regroup.reconciler.assignors import GroupAssignment, GroupSpec, MemberSpec, SubscriptionType
 from regroup.reconciler.context import GroupConfig
-from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, ClientAssignor, Member
+from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, ClientAssignor, Member, MemberMetadata
 from regroup.reconciler.records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
 from regroup.reconciler.target_assignment import assign_target, group_spec, pending_target, target_after
 from regroup.reconciler.topics import TopicsImage
@@ -140,12 +140,18 @@ def test_group_spec_states_the_subscription_type_and_orders_members_by_id() -> N
     same_ids = ("t", "u", "no-such-topic")  # another tuple, the same topic ids
 
     homogeneous = group_spec(
-        {"b": Member("b", subscribed_topic_names=both), "a": Member("a", subscribed_topic_names=same_ids)},
+        {
+            "b": Member("b", MemberMetadata(subscribed_topic_names=both)),
+            "a": Member("a", MemberMetadata(subscribed_topic_names=same_ids)),
+        },
         {},
         image,
     )
     heterogeneous = group_spec(
-        {"a": Member("a", subscribed_topic_names=both), "b": Member("b", subscribed_topic_names=("t",))},
+        {
+            "a": Member("a", MemberMetadata(subscribed_topic_names=both)),
+            "b": Member("b", MemberMetadata(subscribed_topic_names=("t",))),
+        },
         {},
         image,
     )
