@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left, insort
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .client_assignment import check_assignor_overlap, plan_computation
 from .context import (
@@ -151,10 +151,43 @@ class _Lookup:
     replaced: Member | None = None
 
 
+@dataclass(slots=True)
+class _Heartbeat:
+    """A heartbeat that may change the group, as its five steps fill it in."""
+
+    group: Group
+    req: ConsumerGroupHeartbeat
+    ctx: Context
+    lookup: _Lookup
+    #: The partitions the member says it owns (None: not sent).
+    owned: Assignment | None
+    #: The member as the request found it (the static member it replaces, if any).
+    before: Member
+    #: The member with the request merged in.
+    member: Member
+    records: list[Record] = field(default_factory=list)
+    timers: list[TimerOp] = field(default_factory=list)
+    subscription_changed: bool = False
+    group_epoch: int = 0
+    #: The group's subscribed topics, once computed.
+    topics: list[Topic] | None = None
+    target: Assignment = field(default_factory=dict)
+    assignment_epoch: int = 0
+    compute_assignment: bool = False
+
+
 def _heartbeat(
     group: Group | None, req: ConsumerGroupHeartbeat, ctx: Context
 ) -> Result[ConsumerGroupHeartbeatResponse]:
-    # 1. Get or create the group and the member.
+    hb = _find_member(group, req, ctx)
+    _merge_and_bump(hb)
+    _update_target(hb)
+    reconciled = _reconcile(hb)
+    return _respond(hb, reconciled)
+
+
+def _find_member(group: Group | None, req: ConsumerGroupHeartbeat, ctx: Context) -> _Heartbeat:
+    """Step 1: gets or creates the group and the member, and validates the member epoch."""
     if group is None:
         if req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
             raise GroupIdNotFound(f"Group {req.group_id} not found.")
@@ -168,43 +201,46 @@ def _heartbeat(
         _throw_if_group_full(group, ctx)
     if not lookup.is_new and req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
         _validate_member_epoch(lookup.member, req.member_epoch, owned)
-
-    # 2. Merge the request and decide on a group epoch bump.
-    records: list[Record] = []
-    timers: list[TimerOp] = []
     before = lookup.replaced if lookup.replaced is not None else lookup.member
-    member = _merge(lookup.member, req)
+    return _Heartbeat(group, req, ctx, lookup, owned, before, _merge(lookup.member, req))
+
+
+def _merge_and_bump(hb: _Heartbeat) -> None:
+    """Step 2: records the merged metadata and bumps the group epoch if the subscription changed."""
+    group, lookup, member, before = hb.group, hb.lookup, hb.member, hb.before
     if lookup.replaced is not None:
-        records.extend(member_removal_records(lookup.replaced.member_id))
-        timers.append(CancelTimeouts(lookup.replaced.member_id))
+        hb.records.extend(member_removal_records(lookup.replaced.member_id))
+        hb.timers.append(CancelTimeouts(lookup.replaced.member_id))
     if lookup.is_new or (member is not lookup.member and not member.same_metadata(lookup.member)):
-        records.append(MemberMetadataRecord.of(member))
-    subscription_changed = (lookup.is_new and lookup.replaced is None) or (
+        hb.records.append(MemberMetadataRecord.of(member))
+    hb.subscription_changed = (lookup.is_new and lookup.replaced is None) or (
         member is not before and not member.same_subscription(before)
     )
-    if subscription_changed:
+    hb.group_epoch = group.group_epoch
+    if hb.subscription_changed:
         others = [
             m for mid, m in group.members.items() if mid != member.member_id and mid != before.member_id
         ]
         check_assignor_overlap(others, member)
-
-    group_epoch = group.group_epoch
-    topics: list[Topic] | None = None  # the group's subscribed topics, once computed
-    if subscription_changed:
         previous = (before,) if before.member_id in group.members else ()
-        topics = _topics_after(group, ctx.image, previous, member)
-        group_epoch += 1
-        records.append(GroupMetadataRecord(group_epoch, metadata_hash(topics), group.group_type))
+        hb.topics = _topics_after(group, hb.ctx.image, previous, member)
+        hb.group_epoch += 1
+        hb.records.append(GroupMetadataRecord(hb.group_epoch, metadata_hash(hb.topics), group.group_type))
 
-    # 3. Recompute the target assignment if the group moved ahead of it (at
-    # most once per assignment interval; otherwise a timer computes it later).
+
+def _update_target(hb: _Heartbeat) -> None:
+    """Step 3: recomputes the target assignment if the group moved ahead of it (at most
+    once per assignment interval; otherwise a timer computes it later), or has a member
+    chosen to compute it client-side."""
+    group, lookup, member, before, ctx = hb.group, hb.lookup, hb.member, hb.before, hb.ctx
     target_id = member.member_id if lookup.replaced is None else lookup.replaced.member_id
-    target = group.target_of(target_id)
-    if lookup.replaced is not None and target:
-        records.append(TargetAssignmentMemberRecord(member.member_id, target))
-    assignment_epoch = group.assignment_epoch
-    compute_assignment = False
-    if group_epoch > assignment_epoch and member.client_assignors:
+    hb.target = group.target_of(target_id)
+    if lookup.replaced is not None and hb.target:
+        hb.records.append(TargetAssignmentMemberRecord(member.member_id, hb.target))
+    hb.assignment_epoch = group.assignment_epoch
+    if hb.group_epoch <= hb.assignment_epoch:
+        return
+    if member.client_assignors:
         # Client-side assignment (check_assignor_overlap keeps a group all client-side
         # or all server-side, so this member speaks for the group): choose (or keep)
         # the member that computes the target; it learns it from this or its next heartbeat.
@@ -213,9 +249,9 @@ def _heartbeat(
             del members[lookup.replaced.member_id]
         members[member.member_id] = member
         computation_records, computation = plan_computation(group, members, ctx)
-        records.extend(computation_records)
-        compute_assignment = computation is not None and computation.member_id == member.member_id
-    elif group_epoch > assignment_epoch and assignment_due(group, ctx) and _cheap_enough(group, topics, ctx):
+        hb.records.extend(computation_records)
+        hb.compute_assignment = computation is not None and computation.member_id == member.member_id
+    elif assignment_due(group, ctx) and _cheap_enough(group, hb.topics, ctx):
         previous = (before,) if before.member_id in group.members else ()
         assignor = preferred_assignor(
             adjusted_counts(
@@ -230,7 +266,7 @@ def _heartbeat(
         if lookup.replaced is not None:
             del members[lookup.replaced.member_id]
             targets = {k: v for k, v in targets.items() if k != lookup.replaced.member_id}
-            targets[member.member_id] = target
+            targets[member.member_id] = hb.target
         members[member.member_id] = member
         target_records, _ = compute_target_assignment(
             members,
@@ -238,30 +274,37 @@ def _heartbeat(
             ctx.image,
             assignor,
             ctx.config,
-            group_epoch,
+            hb.group_epoch,
             ctx.now_ms,
             _ids_in_order(group, member.member_id, lookup.replaced),
         )
-        records.extend(target_records)
-        assignment_epoch = group_epoch
-        target = target_after(target_records, member.member_id, targets.get(member.member_id, {}))
-    elif group_epoch > assignment_epoch:
-        timers.append(ScheduleAssignment(next_assignment_ms(group, ctx)))
+        hb.records.extend(target_records)
+        hb.assignment_epoch = hb.group_epoch
+        hb.target = target_after(target_records, member.member_id, targets.get(member.member_id, {}))
+    else:
+        hb.timers.append(ScheduleAssignment(next_assignment_ms(group, ctx)))
 
-    # 4. Reconcile the member towards its target.
+
+def _reconcile(hb: _Heartbeat) -> Member:
+    """Step 4: moves the member towards its target (revocations first), and arms or
+    cancels its rebalance timeout accordingly."""
+    member, ctx = hb.member, hb.ctx
     reconciled = member
-    if subscription_changed or needs_reconciliation(member, assignment_epoch):
+    if hb.subscription_changed or needs_reconciliation(member, hb.assignment_epoch):
         subscribed: frozenset[str] | None = None
-        if subscription_changed:
+        target = hb.target
+        if hb.subscription_changed:
             subscribed = member_topic_ids(
                 ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex
             )
             target = only_topics(target, subscribed)
-        reconciled = reconcile(member, assignment_epoch, target, group.partition_epoch, owned, subscribed)
-    if lookup.is_new or (reconciled is not member and not reconciled.same_current_assignment(member)):
-        records.append(CurrentAssignmentRecord.of(reconciled))
+        reconciled = reconcile(
+            member, hb.assignment_epoch, target, hb.group.partition_epoch, hb.owned, subscribed
+        )
+    if hb.lookup.is_new or (reconciled is not member and not reconciled.same_current_assignment(member)):
+        hb.records.append(CurrentAssignmentRecord.of(reconciled))
         if reconciled.state is MemberState.UNREVOKED_PARTITIONS:
-            timers.append(
+            hb.timers.append(
                 ScheduleRebalanceTimeout(
                     reconciled.member_id,
                     ctx.now_ms + reconciled.rebalance_timeout_ms,
@@ -269,20 +312,23 @@ def _heartbeat(
                 )
             )
         else:
-            timers.append(CancelRebalanceTimeout(reconciled.member_id))
+            hb.timers.append(CancelRebalanceTimeout(reconciled.member_id))
+    return reconciled
 
-    # 5. Re-arm the session timer and respond.
-    timers.append(_session_timer(reconciled.member_id, ctx))
-    send_assignment = _is_full_request(req) or reconciled.assigned != before.assigned
+
+def _respond(hb: _Heartbeat, reconciled: Member) -> Result[ConsumerGroupHeartbeatResponse]:
+    """Step 5: re-arms the session timer and answers."""
+    hb.timers.append(_session_timer(reconciled.member_id, hb.ctx))
+    send_assignment = _is_full_request(hb.req) or reconciled.assigned != hb.before.assigned
     response = ConsumerGroupHeartbeatResponse(
         member_id=reconciled.member_id,
         member_epoch=reconciled.member_epoch,
-        heartbeat_interval_ms=_interval(reconciled, ctx),
-        session_timeout_ms=ctx.config.session_timeout_ms,
+        heartbeat_interval_ms=_interval(reconciled, hb.ctx),
+        session_timeout_ms=hb.ctx.config.session_timeout_ms,
         assignment=reconciled.assigned if send_assignment else None,
-        compute_assignment=compute_assignment,
+        compute_assignment=hb.compute_assignment,
     )
-    return Result(response, tuple(records), tuple(timers))
+    return Result(response, tuple(hb.records), tuple(hb.timers))
 
 
 def _session_timer(member_id: str, ctx: Context) -> ScheduleSessionTimeout:
