@@ -43,7 +43,16 @@ def test_convergence_smoke() -> None:
 def test_assignors_smoke() -> None:
     from bench import assignors
 
-    assignors.main(["--quick"])
+    grid = assignors.main(["--quick"])
+    # Every assignor, point and mode of the quick grid was measured.
+    ran = {(r["assignor"], r["members"], r["partitions"], r["topics"], r["mode"]) for r in grid}
+    assert ran == {
+        (name, *point, mode)
+        for name in ("uniform", "range")
+        for point in assignors.QUICK_POINTS
+        for mode in assignors.MODES
+    }
+    assert all(r["ratio"] > 0 for r in grid)
 
 
 def test_stall_smoke() -> None:
