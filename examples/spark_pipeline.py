@@ -5,7 +5,7 @@
 1. Generates a topic whose partitions are files of rows (8 x 10,000 by default).
 2. Starts a regroup server on an embedded Postgres (unless --target is given)
    and creates the topic.
-3. Runs 3 long-running Spark tasks on local[2] (with retries): each is a group
+3. Runs 3 long-running Spark tasks on local[2,4] (with retries): each is a group
    member that processes the partitions it owns, at least once, and commits.
    Task 1 kills its own Python worker in the middle of a batch, after writing it
    to the sink and before committing it; Spark retries the task, which rejoins,
@@ -33,7 +33,7 @@ from typing import Any
 
 from regroup.client import MemberOptions, SyncGroupAdmin, TopicPartition
 from regroup.client.processing import Batch
-from regroup.client.spark import MemberTask, local_session, run_member_tasks
+from regroup.client.spark import MemberTask, run_member_tasks, spark_session
 
 TOPIC = "rows"
 GROUP = "spark-pipeline"
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         db.executescript(SCHEMA)
 
     # Spark first: starting it after a gRPC server in the same process makes gRPC warn about fork.
-    spark = local_session("regroup-spark-pipeline", cache_dir=Path.home() / ".cache" / "regroup-spark")
+    spark = spark_session("regroup-spark-pipeline", cache_dir=Path.home() / ".cache" / "regroup-spark")
     server = None
     target = args.target
     if target is None:
