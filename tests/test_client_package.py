@@ -8,6 +8,8 @@ import zipfile
 from email.parser import Parser
 from pathlib import Path
 
+from packaging.specifiers import SpecifierSet
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -35,6 +37,13 @@ def test_client_wheel_contents(tmp_path: Path) -> None:
         metadata = Parser().parsestr(archive.read(metadata_name).decode())
     requires = [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r]
     assert sorted(r.split(">")[0].split("=")[0] for r in requires) == ["grpcio", "protobuf"]
+    # The Spark extra must install beside the pyspark a cluster already runs: a range, never a pin,
+    # and one that admits the version the tests run (requirements/dev.txt).
+    spark = [r for r in metadata.get_all("Requires-Dist") or [] if 'extra == "spark"' in r]
+    assert len(spark) == 1 and spark[0].startswith("pyspark"), spark
+    specifier = SpecifierSet(spark[0].split(";")[0].removeprefix("pyspark").strip())
+    assert not any(s.operator in ("==", "===") for s in specifier), specifier
+    assert specifier.contains(_dev_pin("pyspark")) and not specifier.contains("3.4.0")
     for expected in (
         "regroup/client/__init__.py",
         "regroup/client/member.py",
@@ -49,3 +58,11 @@ def test_client_wheel_contents(tmp_path: Path) -> None:
     # regroup is a namespace shared with the server package: the client must not own it.
     assert "regroup/__init__.py" not in names
     assert metadata["Description-Content-Type"] == "text/markdown"
+
+
+def _dev_pin(name: str) -> str:
+    """The exact version of `name` that requirements/dev.txt pins."""
+    for line in (ROOT / "requirements" / "dev.txt").read_text().splitlines():
+        if line.startswith(f"{name}=="):
+            return line.split("==", 1)[1].strip()
+    raise AssertionError(f"{name} is not pinned in requirements/dev.txt")
