@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, KeysView, Sequence
-from typing import TypeVar
 
 import structlog
 
@@ -53,7 +52,7 @@ from .store import GroupStore
 from .storewatch import StoreWatch
 from .timers import TimerKey, TimerQueue
 from .topicadmin import TopicAdmin, TopicOutcome
-from .writepath import AsyncOperation, GroupWriter, Operation
+from .writepath import GroupWriter
 
 __all__ = [
     "OFFSETS_SWEEP",
@@ -62,8 +61,6 @@ __all__ = [
     "Coordinator",
     "TopicOutcome",
 ]
-
-T = TypeVar("T")
 
 
 class Coordinator:
@@ -125,19 +122,6 @@ class Coordinator:
     def image_for(self, group_id: str, group_type: str | None = None) -> TopicsImage:
         """The resources a group's members share: topics, or a Connect group's connectors."""
         return self.writer.image_for(group_id, group_type)
-
-    async def run(
-        self,
-        group_id: str,
-        op: Operation[T] | AsyncOperation[T],
-        *,
-        cause: str,
-        new_member_id: str = "",
-        group_type: str | None = None,
-    ) -> T:
-        return await self.writer.run(
-            group_id, op, cause=cause, new_member_id=new_member_id, group_type=group_type
-        )
 
     # -- lifecycle ---------------------------------------------------------------
 
