@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections.abc import Iterable, Mapping
 
 from hypothesis import HealthCheck, given, settings
@@ -254,25 +253,26 @@ def test_uniform_is_deterministic() -> None:
     assert UniformAssignor().assign(g1) == UniformAssignor().assign(g2)
 
 
-def test_uniform_large_group_is_fast() -> None:
+# How fast the client assignors are is measured by bench/assignors.py, not asserted
+# here: unit tests make no wall-clock assertions (issue 19).
+
+
+def test_uniform_large_group() -> None:
     topics = {f"t{i:03}": 100 for i in range(100)}  # 10,000 partitions
     names = sorted(topics)
     uniform = UniformAssignor()
     fresh = consumer_group(topics, [(f"m{i:04}", names, []) for i in range(1000)])
-    start = time.perf_counter()
     first = uniform.assign(fresh)
     joined = consumer_group(
         topics,
         [(f"m{i:04}", names, first.assignments[f"m{i:04}"]) for i in range(1000)] + [("new", names, [])],
     )
     second = uniform.assign(joined)
-    elapsed = time.perf_counter() - start
     assert spread(first) == 0 and spread(second) <= 1
     assert moved(first.assignments, second.assignments) == 10_000 // 1001
-    assert elapsed < 1.0, elapsed
 
 
-def test_uniform_large_heterogeneous_group_is_fast() -> None:
+def test_uniform_large_heterogeneous_group() -> None:
     topics = {f"t{i:03}": 100 for i in range(100)}
     names = sorted(topics)
     rng = random.Random(1)
@@ -280,12 +280,9 @@ def test_uniform_large_heterogeneous_group_is_fast() -> None:
     group = consumer_group(
         topics, [(f"m{i:04}", rng.sample(names, rng.randint(1, 100)), []) for i in range(1000)]
     )
-    start = time.perf_counter()
     plan = UniformAssignor().assign(group)
-    elapsed = time.perf_counter() - start
     check_valid(group, plan)
     assert _locally_optimal(group, plan)
-    assert elapsed < 1.0, elapsed
 
 
 @st.composite
