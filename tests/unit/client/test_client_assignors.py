@@ -163,6 +163,21 @@ def test_range_only_subscribed_topics_and_every_member_appears() -> None:
     assert plan.assignments["m4"] == frozenset()
 
 
+def test_range_orders_static_members_by_instance_id_before_dynamic_members() -> None:
+    """The server's (and Kafka's) range order. The oracle's counterexample: one
+    partition, a dynamic member "-" and a static "1": it goes to the static one."""
+    members = [
+        AssignorMember("a", subscribed_topics=frozenset({"t"})),
+        AssignorMember("b", subscribed_topics=frozenset({"t"})),
+        AssignorMember("y", instance_id="i2", subscribed_topics=frozenset({"t"})),
+        AssignorMember("z", instance_id="i1", subscribed_topics=frozenset({"t"})),
+    ]
+    group = GroupSnapshot("g", CONSUMER, 1, "range", tuple(members), (TopicInfo("id-t", "t", 4),))
+    plan = RangeAssignor().assign(group)
+    check_valid(group, plan)
+    assert plan.assignments == {"z": {tp("t", 0)}, "y": {tp("t", 1)}, "a": {tp("t", 2)}, "b": {tp("t", 3)}}
+
+
 def test_range_is_deterministic() -> None:
     members: list[MemberSpec] = [(f"m{i}", ["a", "b"], []) for i in range(7)]
     g1 = consumer_group({"a": 10, "b": 3}, members)

@@ -1,15 +1,34 @@
 """Kafka's range assignor for consumer groups, computed by a member.
 
-For each topic, the members subscribed to it, sorted by member id, get
-contiguous ranges of its partitions; the first `partitions % members` of them
-get one partition more. Not sticky: the result depends only on the members'
-ids and subscriptions and the topics' partition counts.
+The same rules as the server's `range` assignor (one meaning per assignor
+name), written plainly: for each topic, its subscribers in range order get
+contiguous ranges of its partitions, and the first `partitions % subscribers`
+of them get one partition more. Range order (Kafka's RangeAssignor): static
+members first, by instance id, then dynamic members by member id, so that a
+static member that restarts under a new member id gets the same ranges back.
+Not sticky: the result depends only on the members' ids, instance ids and
+subscriptions and the topics' partition counts. Topics with the same partition
+count and subscribers are split the same way (co-partitioning).
 """
 
 from __future__ import annotations
 
-from regroup.client.assignors.base import CONSUMER, AssignmentPlan, GroupSnapshot, Resource, SimpleAssignor
+from regroup.client.assignors.base import (
+    CONSUMER,
+    AssignmentPlan,
+    AssignorMember,
+    GroupSnapshot,
+    Resource,
+    SimpleAssignor,
+)
 from regroup.client.types import TopicPartition
+
+
+def range_order(member: AssignorMember) -> tuple[bool, str, str]:
+    """Static members (by instance id) before dynamic ones (by member id)."""
+    if member.instance_id is not None:
+        return (False, member.instance_id, member.member_id)
+    return (True, member.member_id, "")
 
 
 class RangeAssignor(SimpleAssignor):
@@ -22,9 +41,9 @@ class RangeAssignor(SimpleAssignor):
         refused = self.refuse(group)
         if refused is not None:
             return refused
-        members = sorted(group.members, key=lambda m: m.member_id)
+        members = sorted(group.members, key=range_order)
         out: dict[str, set[Resource]] = {m.member_id: set() for m in members}
-        for topic in sorted(group.topics, key=lambda t: (t.name, t.topic_id)):
+        for topic in group.topics:
             subscribers = [m.member_id for m in members if topic.name in m.subscribed_topics]
             if not subscribers:
                 continue
