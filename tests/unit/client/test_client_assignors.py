@@ -257,6 +257,33 @@ def test_uniform_heterogeneous_balances_where_it_can() -> None:
     assert counts(plan) == {"m1": 3, "m2": 3}
 
 
+def test_uniform_orders_partitions_by_topic_id_as_the_server_does() -> None:
+    """The global order of partitions is by topic id, then partition, as on the
+    server, not by topic name. The oracle's counterexample: t0 (id 7c1e) and t1
+    (id 0b3a), one partition each, two members: the first by id gets t1-0."""
+    t0, t1 = TopicInfo("7c1e", "t0", 1), TopicInfo("0b3a", "t1", 1)
+    t0_0, t1_0 = TopicPartition("t0", 0, "7c1e"), TopicPartition("t1", 0, "0b3a")
+
+    def group(*members: AssignorMember) -> GroupSnapshot:
+        return GroupSnapshot("g", CONSUMER, 1, "uniform", members, (t0, t1))
+
+    def member(mid: str, topics: Iterable[str], owned: Iterable[TopicPartition] = ()) -> AssignorMember:
+        return AssignorMember(mid, subscribed_topics=frozenset(topics), assignment=frozenset(owned))
+
+    fresh = UniformAssignor().assign(group(member("0", ["t0", "t1"]), member("1", ["t0", "t1"])))
+    assert fresh.assignments == {"0": {t1_0}, "1": {t0_0}}
+    # A member above its quota gives up the last of its partitions in that order.
+    joined = UniformAssignor().assign(
+        group(member("a", ["t0", "t1"], [t0_0, t1_0]), member("b", ["t0", "t1"]))
+    )
+    assert joined.assignments == {"a": {t1_0}, "b": {t0_0}}
+    # Heterogeneous: topics with as many subscribers are filled in topic id order.
+    mixed = UniformAssignor().assign(
+        group(member("a", ["t0", "t1"]), member("b", ["t0", "t1"]), member("c", []))
+    )
+    assert mixed.assignments == {"a": {t1_0}, "b": {t0_0}, "c": frozenset()}
+
+
 def test_uniform_is_deterministic() -> None:
     rng = random.Random(7)
     topics = {"a": 9, "b": 5, "c": 3}

@@ -3,7 +3,8 @@
 Each member keeps the partitions of its current target that are still valid
 (the topic still exists with the same id, the partition is below the count,
 the member still subscribes to the topic); a partition claimed by two members
-stays with the first by member id. Then:
+stays with the first by member id. Partitions are ordered as on the server:
+by topic id, then partition number. Then:
 
 - homogeneous subscriptions (every member subscribes to the same topics):
   quotas of `partitions // members`, the remainder going to the members that
@@ -11,7 +12,7 @@ stays with the first by member id. Then:
   partitions move; members above their quota give up their highest partitions,
   and the unassigned and given-up partitions fill the members below theirs;
 - heterogeneous subscriptions: a greedy. Unassigned partitions go, topic by
-  topic (topics with the fewest subscribers first), to the least-loaded
+  topic (topics with the fewest subscribers first, ties by topic id), to the least-loaded
   subscriber; then, while some member holds a partition that a subscriber of
   its topic with at least two fewer partitions could take, the most loaded
   such member hands one over (preferring partitions it did not hold before).
@@ -61,6 +62,12 @@ class UniformAssignor(SimpleAssignor):
         return AssignmentPlan(assignments={mid: frozenset(rs) for mid, rs in out.items()})
 
 
+def _global_order(tp: TopicPartition) -> tuple[str, int]:
+    """Partitions in the server's global order: by topic id (what identifies a
+    topic), then partition; not by name, which the server never sees."""
+    return (tp.topic_id, tp.partition)
+
+
 def _valid_current(
     members: list[AssignorMember], subs: dict[str, frozenset[str]], topics: dict[str, TopicInfo]
 ) -> dict[TopicPartition, str]:
@@ -89,7 +96,7 @@ def _homogeneous(
 ) -> dict[str, set[Resource]]:
     held: dict[str, list[TopicPartition]] = {m.member_id: [] for m in members}
     pool: list[TopicPartition] = []
-    for name in sorted(subscribed):
+    for name in sorted(subscribed, key=lambda n: topics[n].topic_id):
         info = topics[name]
         for p in range(info.num_partitions):
             tp = TopicPartition(name, p, info.topic_id)
@@ -105,10 +112,10 @@ def _homogeneous(
     for mid, tps in held.items():
         surplus = len(tps) - quota[mid]
         if surplus > 0:
-            tps.sort()
+            tps.sort(key=_global_order)
             pool.extend(tps[-surplus:])
             del tps[-surplus:]
-    pool.sort()
+    pool.sort(key=_global_order)
     out: dict[str, set[Resource]] = {}
     i = 0
     for m in members:
@@ -141,7 +148,7 @@ def _heterogeneous(
             subscribers[t].append(mid)
 
     # 1. Unassigned partitions to the least-loaded subscriber, constrained topics first.
-    for name in sorted(subscribers, key=lambda t: (len(subscribers[t]), t)):
+    for name in sorted(subscribers, key=lambda t: (len(subscribers[t]), topics[t].topic_id)):
         info = topics[name]
         free = [p for p in range(info.num_partitions) if TopicPartition(name, p, info.topic_id) not in owner]
         if not free:
