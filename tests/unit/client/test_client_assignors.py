@@ -284,6 +284,17 @@ def test_uniform_orders_partitions_by_topic_id_as_the_server_does() -> None:
     assert mixed.assignments == {"a": {t1_0}, "b": {t0_0}, "c": frozenset()}
 
 
+def test_uniform_gives_the_extra_partitions_left_to_members_at_or_below_base_by_member_id() -> None:
+    """As on the server: the slots of base + 1 that no member above base takes go
+    to the others by member id, whatever they hold (none of them gives anything
+    up either way). The oracle found it with 13 partitions and 4 members, one of
+    them holding one; the smallest case: 3 partitions, b holds one, a none."""
+    group = consumer_group({"t": 3}, [("a", ["t"], []), ("b", ["t"], [tp("t", 0)])])
+    plan = UniformAssignor().assign(group)
+    check_valid(group, plan)
+    assert plan.assignments == {"a": {tp("t", 1), tp("t", 2)}, "b": {tp("t", 0)}}
+
+
 def test_uniform_is_deterministic() -> None:
     rng = random.Random(7)
     topics = {"a": 9, "b": 5, "c": 3}

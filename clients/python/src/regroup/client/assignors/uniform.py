@@ -7,9 +7,10 @@ stays with the first by member id. Partitions are ordered as on the server:
 by topic id, then partition number. Then:
 
 - homogeneous subscriptions (every member subscribes to the same topics):
-  quotas of `partitions // members`, the remainder going to the members that
-  already hold the most, so that counts differ by at most one and the fewest
-  partitions move; members above their quota give up their highest partitions,
+  quotas of `partitions // members`, the remainder going first to the members
+  above that quota, those that hold the most first (ties by member id), then
+  to the others by member id, so that counts differ by at most one and the
+  fewest partitions move; members above their quota give up their highest partitions,
   and the unassigned and given-up partitions fill the members below theirs;
 - heterogeneous subscriptions: a greedy. Unassigned partitions go, topic by
   topic (topics with the fewest subscribers first, ties by topic id), to the least-loaded
@@ -107,7 +108,11 @@ def _homogeneous(
                 held[holder].append(tp)
     total = len(pool) + sum(len(v) for v in held.values())
     base, extra = divmod(total, len(members))
-    by_load = sorted(held, key=lambda mid: (-len(held[mid]), mid))
+    # The members above base keep base + 1 first, the largest holders first, so that
+    # they give up the least; the slots left go to the others by member id (as on
+    # the server: none of them gives anything up either way).
+    above = sorted((mid for mid in held if len(held[mid]) > base), key=lambda mid: (-len(held[mid]), mid))
+    by_load = above + sorted(mid for mid in held if len(held[mid]) <= base)
     quota = {mid: base + (1 if i < extra else 0) for i, mid in enumerate(by_load)}
     for mid, tps in held.items():
         surplus = len(tps) - quota[mid]
