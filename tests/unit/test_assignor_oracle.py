@@ -48,6 +48,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
 )
 from regroup.reconciler.replay import replay_all
+from regroup.reconciler.subscription import member_topic_ids
 from regroup.reconciler.target_assignment import compute_pending_assignment
 from regroup.reconciler.topics import Topic, TopicsImage
 from regroup.server.mapping import install_from_pb, prepare_to_pb
@@ -100,61 +101,150 @@ def _assignment(pairs: Mapping[str, set[int]]) -> Assignment:
     return {t: frozenset(ps) for t, ps in pairs.items() if ps}
 
 
-@st.composite
-def cases(draw: st.DrawFn) -> Case:
-    ids = draw(st.permutations(TOPIC_IDS))[: draw(st.integers(0, 5))]
-    # Mostly small topics, some with no partitions at all.
-    topics = tuple(
-        Topic(topic_id, f"t{i}", draw(st.sampled_from([0, 1, 2, 3, 4, 5, 7, 12])))
-        for i, topic_id in enumerate(ids)
+def _settled(
+    subscriptions: Mapping[str, frozenset[str]],
+    topics: Mapping[str, Topic],
+    targets: dict[str, dict[str, set[int]]],
+) -> None:
+    """Adds to `targets` the server's own uniform target of members with
+    `subscriptions` (member id -> topic ids) over `topics`."""
+    spec = GroupSpec(
+        members={
+            m: MemberSpec(m, None, None, frozenset(subscriptions[m] & topics.keys()), {})
+            for m in sorted(subscriptions)
+        },
+        topics={t: topics[t] for t in sorted(topics)},
     )
-    names = [t.name for t in topics] + ["missing"]  # a topic that does not exist
-    subscriptions = st.tuples(
-        st.frozensets(st.sampled_from(names)).map(lambda s: tuple(sorted(s))), st.sampled_from(REGEXES)
+    for member_id, assignment in UniformAssignor().assign(spec).items():
+        for topic_id, partitions in assignment.items():
+            targets.setdefault(member_id, {}).setdefault(topic_id, set()).update(partitions)
+
+
+def _subscriptions(draw: st.DrawFn, topics: Sequence[Topic]) -> list[tuple[tuple[str, ...], str | None]]:
+    """One subscription (homogeneous) or a few distinct ones, as real groups have:
+    topic names (some of a topic that does not exist) and maybe a regex."""
+    names = [t.name for t in topics] + ["missing"]
+    subscription = st.tuples(
+        st.frozensets(st.sampled_from(names), min_size=1).map(lambda s: tuple(sorted(s))),
+        st.sampled_from(REGEXES),
     )
-    member_ids = draw(
-        st.lists(st.text(alphabet="abmz019-", min_size=1, max_size=3), min_size=1, max_size=9, unique=True)
-    )
-    instance_numbers = draw(st.permutations(range(len(member_ids))))
-    homogeneous = draw(st.booleans())
-    common = draw(subscriptions)
+    if draw(st.booleans()):
+        return [draw(subscription)]
+    return draw(st.lists(subscription, min_size=2, max_size=4, unique=True))
+
+
+def _members(
+    member_ids: Sequence[str],
+    choices: Sequence[tuple[tuple[str, ...], str | None]],
+    static: Sequence[bool],
+    pick: Sequence[int],
+) -> tuple[Joined, ...]:
+    """Members in the order of `member_ids`, with distinct instance ids in another order."""
+    numbers = sorted(range(len(member_ids)), key=lambda i: (pick[i], -i))
     members = []
-    for member_id, number in zip(member_ids, instance_numbers, strict=True):
-        static = draw(st.booleans())
-        topic_names, regex = common if homogeneous else draw(subscriptions)
-        members.append(Joined(member_id, f"i{number}" if static else None, topic_names, regex))
+    for n, member_id in enumerate(member_ids):
+        # Every subscription has a member; the others pick one.
+        topic_names, regex = choices[n] if n < len(choices) else choices[pick[n] % len(choices)]
+        members.append(Joined(member_id, f"i{numbers[n]}" if static[n] else None, topic_names, regex))
+    return tuple(members)
+
+
+@st.composite
+def small_cases(draw: st.DrawFn) -> Case:
+    """Small groups, whose every choice hypothesis can shrink."""
+    ids = draw(st.permutations(TOPIC_IDS))[: draw(st.integers(1, 5))]
+    counts = [0, 1, 2, 3, 4, 5, 7, 12]
+    topics = tuple(Topic(topic_id, f"t{i}", draw(st.sampled_from(counts))) for i, topic_id in enumerate(ids))
+    size = draw(st.integers(1, 9))
+    member_ids = draw(
+        st.lists(
+            st.text(alphabet="abmz019-", min_size=1, max_size=3), min_size=size, max_size=size, unique=True
+        )
+    )
+    members = _members(
+        member_ids,
+        _subscriptions(draw, topics),
+        draw(st.lists(st.booleans(), min_size=size, max_size=size)),
+        draw(st.lists(st.integers(0, 8), min_size=size, max_size=size)),
+    )
 
     holders = [*member_ids, *LEAVERS]
-    targets: dict[str, dict[str, set[int]]] = {m: {} for m in holders}
+    targets: dict[str, dict[str, set[int]]] = {}
     if draw(st.booleans()):
-        # A settled group (the server's own uniform target) that members have joined
-        # and left since, whose topics may have grown, shrunk or gone.
-        before_ids = draw(st.lists(st.sampled_from(holders), min_size=1, unique=True))
+        # A settled group (the server's own uniform target, everyone on every topic)
+        # that members have joined and left since, whose topics may have been resized or deleted.
+        before_ids = [m for m in holders if draw(st.integers(0, 3))]
         before_topics = {
-            t.topic_id: Topic(t.topic_id, t.name, draw(st.integers(0, 12)))
-            for t in (*topics, Topic(DELETED_TOPIC_ID, "gone", 0))
-            if draw(st.booleans())
+            t.topic_id: Topic(t.topic_id, t.name, draw(st.sampled_from([t.num_partitions, *counts])))
+            for t in topics
+            if draw(st.integers(0, 3))
         }
-        subscribed = frozenset(before_topics)
-        spec = GroupSpec(
-            members={m: MemberSpec(m, None, None, subscribed, {}) for m in sorted(before_ids)},
-            topics={t: before_topics[t] for t in sorted(before_topics)},
-        )
-        for member_id, assignment in UniformAssignor().assign(spec).items():
-            for topic_id, partitions in assignment.items():
-                targets[member_id].setdefault(topic_id, set()).update(partitions)
+        if draw(st.booleans()):
+            before_topics[DELETED_TOPIC_ID] = Topic(DELETED_TOPIC_ID, "gone", 3)
+        _settled(dict.fromkeys(before_ids, frozenset(before_topics)), before_topics, targets)
     if draw(st.booleans()):
         # Random holdings: partitions held twice, past the end of their topic, of a deleted topic.
         units = [(t.topic_id, p) for t in topics for p in range(t.num_partitions + 2)]
         units += [(DELETED_TOPIC_ID, p) for p in range(3)]
         for topic_id, partition in units:
             for holder in draw(st.lists(st.sampled_from(holders), max_size=2)):
-                targets[holder].setdefault(topic_id, set()).add(partition)
-    return Case(
-        topics=topics,
-        members=tuple(members),
-        targets={m: _assignment(a) for m, a in targets.items() if m in member_ids and a},
+                targets.setdefault(holder, {}).setdefault(topic_id, set()).add(partition)
+    return Case(topics, members, {m: _assignment(a) for m, a in targets.items() if m in member_ids and a})
+
+
+@st.composite
+def large_cases(draw: st.DrawFn) -> Case:
+    """Up to 300 members and topics of up to 400 partitions, drawn from a seeded
+    random generator: the paths of the server assignors that only larger groups
+    take (partial selections by id, many joiners, many members per partition).
+    The current target is what the coordinator's events leave: the server's own
+    target of the group before members joined or left, topics were resized, or
+    subscriptions changed (or none, or the group's own again), sometimes with
+    invalid holdings on top."""
+    rng = draw(st.randoms(use_true_random=False))
+    ids = draw(st.permutations(TOPIC_IDS))[: draw(st.integers(1, 5))]
+    topics = tuple(Topic(t, f"t{i}", rng.choice([0, 1, 3, 40, 100, 400])) for i, t in enumerate(ids))
+    size = rng.choice([20, 60, 150, 300])
+    member_ids = [f"{rng.randrange(36**4):x}-{i}" for i in range(size)]
+    members = _members(
+        member_ids,
+        _subscriptions(draw, topics),
+        [rng.random() < 0.3 for _ in member_ids],
+        [rng.randrange(size) for _ in member_ids],
     )
+    image = TopicsImage(topics)
+    now = {m.member_id: member_topic_ids(image, m.topic_names, m.regex) for m in members}
+
+    event = rng.choice(["fresh", "again", "join", "leave", "resize", "resubscribe", "all"])
+    targets: dict[str, dict[str, set[int]]] = {}
+    if event != "fresh":
+        before = dict(now)
+        before_topics = {t.topic_id: t for t in topics}
+        if event in ("join", "all"):
+            for m in rng.sample(member_ids, rng.choice([1, 2, 3, 17, size // 2])):
+                del before[m]
+        if event in ("leave", "all"):
+            for i in range(rng.choice([1, 2, 3, 17, size // 2])):
+                before[f"left-{i}"] = frozenset(before_topics)
+        if event in ("resize", "all"):
+            for t in rng.sample(topics, rng.randint(1, len(topics))):
+                count = max(0, t.num_partitions + rng.choice([-1, 1]) * rng.randint(1, 10))
+                before_topics[t.topic_id] = Topic(t.topic_id, t.name, count)
+            before_topics[DELETED_TOPIC_ID] = Topic(DELETED_TOPIC_ID, "gone", 3)
+        if event in ("resubscribe", "all"):
+            before = dict.fromkeys(before, frozenset(before_topics))
+        _settled(before, before_topics, targets)
+    if rng.random() < 0.25:
+        # Some invalid holdings on top: held twice, past the end of their topic, of a deleted topic.
+        units = [(t.topic_id, p) for t in topics for p in range(t.num_partitions + 2)]
+        units += [(DELETED_TOPIC_ID, p) for p in range(3)]
+        for topic_id, partition in rng.sample(units, min(len(units), rng.randint(1, 30))):
+            targets.setdefault(rng.choice(member_ids), {}).setdefault(topic_id, set()).add(partition)
+    return Case(topics, members, {m: _assignment(a) for m, a in targets.items() if m in now and a})
+
+
+#: Three small groups for every large one.
+cases = st.one_of(small_cases(), small_cases(), small_cases(), large_cases())
 
 
 def group_records(case: Case, assignor: str, client_side: bool) -> list[Record]:
@@ -236,9 +326,8 @@ def _describe(case: Case) -> str:
     database=_DATABASE,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-# uniform joins once the client one follows the server's rules.
-@pytest.mark.parametrize("assignor", ["range"])
-@given(case=cases())
+@pytest.mark.parametrize("assignor", sorted(CLIENT_ASSIGNORS))
+@given(case=cases)
 def test_client_and_server_assignors_of_one_name_give_the_same_target(assignor: str, case: Case) -> None:
     server = server_targets(case, assignor)
     client = client_targets(case, assignor)

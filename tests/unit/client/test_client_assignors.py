@@ -295,6 +295,26 @@ def test_uniform_gives_the_extra_partitions_left_to_members_at_or_below_base_by_
     assert plan.assignments == {"a": {tp("t", 1), tp("t", 2)}, "b": {tp("t", 0)}}
 
 
+def test_uniform_heterogeneous_balances_topic_by_topic_as_the_server_does() -> None:
+    """The server's rule: topic after topic (by id), the most loaded holder (ties:
+    the largest member id) gives its highest partition of the topic to the least
+    loaded subscriber (ties: the smallest member id). The oracle's counterexample:
+    the fill leaves "0" and "00" with 2 each, "1" with none; "00" gives y-1 to "1"
+    (the client used to move y-0 from "0", the smallest id)."""
+    x, y = TopicInfo("7c1e", "x", 3), TopicInfo("3e77", "y", 2)
+    subscriptions = {"0": {"x", "y"}, "00": {"x", "y"}, "000": {"x"}, "1": {"y"}}
+    members = tuple(AssignorMember(m, subscribed_topics=frozenset(s)) for m, s in subscriptions.items())
+    group = GroupSnapshot("g", CONSUMER, 1, "uniform", members, (x, y))
+    plan = UniformAssignor().assign(group)
+    check_valid(group, plan)
+
+    def of(topic: TopicInfo, *partitions: int) -> set[TopicPartition]:
+        return {TopicPartition(topic.name, p, topic.topic_id) for p in partitions}
+
+    # Filled y first (its id is smaller; both topics have three subscribers), then x.
+    assert plan.assignments == {"0": of(y, 0) | of(x, 1), "00": of(x, 2), "000": of(x, 0), "1": of(y, 1)}
+
+
 def test_uniform_is_deterministic() -> None:
     rng = random.Random(7)
     topics = {"a": 9, "b": 5, "c": 3}
