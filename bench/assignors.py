@@ -23,9 +23,14 @@ For information only (no target): the grid's sizes are multiples of each
 other, which lets the uniform assignor share frozensets between topics, so a
 few points with a prime member count show the cost without that; heterogeneous
 subscriptions (half the members subscribe to every topic, half to every other
-topic), which take the uniform assignor's slower general path; and the whole
+topic), which take the uniform assignor's slower general path; the whole
 `compute_target_assignment` for the largest points, which is what a heartbeat
-that triggers a new target pays.
+that triggers a new target pays; and the client-side `uniform` and `range`
+(regroup.client.assignors), which compute the same targets as the server's,
+written plainly (they are the oracle of the server's in the tests): their time
+for 1,000 members x 10,000 partitions, against the same baseline and next to
+the server assignor on the same group, as a member computes it from the
+`GroupSnapshot` it builds out of PrepareAssignment.
 
     python -m bench.assignors [--quick|--full]
 """
@@ -43,6 +48,10 @@ from functools import partial
 from typing import Any
 
 from bench.report import figure, machine, table
+from regroup.client.assignors import AssignorMember, ClientAssignor, GroupSnapshot, TopicInfo
+from regroup.client.assignors import RangeAssignor as ClientRangeAssignor
+from regroup.client.assignors import UniformAssignor as ClientUniformAssignor
+from regroup.client.types import TopicPartition
 from regroup.reconciler import Topic
 from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, Assignor, GroupSpec, MemberSpec, SubscriptionType
 from regroup.reconciler.context import GroupConfig
@@ -213,6 +222,64 @@ def bench_target_assignment(
     return out
 
 
+CLIENT_ASSIGNORS: dict[str, ClientAssignor] = {
+    "uniform": ClientUniformAssignor(),
+    "range": ClientRangeAssignor(),
+}
+
+
+def snapshot(spec: GroupSpec, assignor: str) -> GroupSnapshot:
+    """The group as a member sees it to compute the target client-side: the
+    GroupSnapshot that ConsumerWire builds from PrepareAssignment."""
+    topics = spec.topics
+    members = tuple(
+        AssignorMember(
+            m.member_id,
+            instance_id=m.instance_id,
+            subscribed_topics=frozenset(topics[t].name for t in m.subscribed_topic_ids),
+            assignment=frozenset(
+                TopicPartition(topics[t].name, p, t) for t, ps in m.current.items() if t in topics for p in ps
+            ),
+        )
+        for m in spec.members.values()
+    )
+    infos = tuple(TopicInfo(t.topic_id, t.name, t.num_partitions) for t in topics.values())
+    return GroupSnapshot("bench", "consumer", 1, assignor, members, infos)
+
+
+def bench_client_point(
+    name: str, num_members: int, partitions: int, num_topics: int, runs: int, mixed: bool = False
+) -> list[dict[str, Any]]:
+    """The client assignor of `name` against the baseline, with the server's on the same group."""
+    server = BUILTIN_ASSIGNORS[name]
+    client = CLIENT_ASSIGNORS[name]
+    built = specs(server, num_members, partitions, num_topics, mixed)
+    out = []
+    for mode in MODES:
+        spec = built[mode]
+        group = snapshot(spec, name)
+        sizes = [t.num_partitions for t in spec.topics.values()]
+        client_ms, baseline_ms = compare(
+            partial(client.assign, group), partial(baseline, len(spec.members), sizes), runs
+        )
+        server_ms, _ = compare(partial(server.assign, spec), lambda: None, runs)
+        out.append(
+            {
+                "assignor": name,
+                "mode": mode,
+                "subscriptions": "two" if mixed else "one",
+                "members": num_members,
+                "partitions": partitions,
+                "topics": num_topics,
+                "baseline_ms": round(baseline_ms, 3),
+                "client_ms": round(client_ms, 3),
+                "server_ms": round(server_ms, 3),
+                "ratio": round(client_ms / baseline_ms, 2),
+            }
+        )
+    return out
+
+
 def _report(title: str, rows: list[dict[str, Any]], kind: str, targeted: bool) -> None:
     table(
         title,
@@ -324,6 +391,47 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     for r in rows:
         figure("assignors", kind="compute_target_assignment", **r)
+
+    client_points = [(1_000, 10_000, 10)] if args.quick else [(1_000, 10_000, 10), (1_000, 10_000, 1_000)]
+    rows = [
+        r
+        for name in ("uniform", "range")
+        for point in client_points
+        for mixed in (False, True)
+        for r in bench_client_point(name, *point, runs=max(1, runs // 2), mixed=mixed)
+    ]
+    table(
+        "client-side assignors, the plain oracle of the server's (information; server ms: the same group)",
+        [
+            "assignor",
+            "mode",
+            "subscriptions",
+            "members",
+            "partitions",
+            "topics",
+            "baseline ms",
+            "client ms",
+            "server ms",
+            "ratio",
+        ],
+        [
+            [
+                r["assignor"],
+                r["mode"],
+                r["subscriptions"],
+                r["members"],
+                r["partitions"],
+                r["topics"],
+                r["baseline_ms"],
+                r["client_ms"],
+                r["server_ms"],
+                r["ratio"],
+            ]
+            for r in rows
+        ],
+    )
+    for r in rows:
+        figure("assignors", kind="client", **r)
 
     misses = [r for r in grid if r["ratio"] > TARGET_RATIO]
     print(
