@@ -47,7 +47,7 @@ from regroup.reconciler.assignors import GroupSpec, MemberSpec, UniformAssignor
 from regroup.reconciler.client_assignment import install_assignment, plan_computation, prepare_assignment
 from regroup.reconciler.context import Context, GroupConfig
 from regroup.reconciler.messages import PrepareAssignment
-from regroup.reconciler.model import CONSUMER_GROUP_TYPE, Assignment, ClientAssignor, Group
+from regroup.reconciler.model import CONSUMER_GROUP_TYPE, Assignment, ClientAssignor, Group, MemberMetadata
 from regroup.reconciler.records import (
     GroupMetadataRecord,
     MemberMetadataRecord,
@@ -266,16 +266,15 @@ def group_records(case: Case, assignor: str, client_side: bool) -> list[Record]:
     for m in case.members:
         records.append(
             MemberMetadataRecord(
-                member_id=m.member_id,
-                instance_id=m.instance_id,
-                rack_id=None,
-                client_id="",
-                client_host="",
-                subscribed_topic_names=m.topic_names,
-                subscribed_topic_regex=m.regex,
-                server_assignor=None if client_side else assignor,
-                rebalance_timeout_ms=30_000,
-                client_assignors=(ClientAssignor(assignor, 0, 0),) if client_side else (),
+                m.member_id,
+                MemberMetadata(
+                    instance_id=m.instance_id,
+                    subscribed_topic_names=m.topic_names,
+                    subscribed_topic_regex=m.regex,
+                    server_assignor=None if client_side else assignor,
+                    rebalance_timeout_ms=30_000,
+                    client_assignors=(ClientAssignor(assignor, 0, 0),) if client_side else (),
+                ),
             )
         )
     records += [TargetAssignmentMemberRecord(m, a) for m, a in case.targets.items()]
