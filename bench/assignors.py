@@ -315,6 +315,11 @@ def _report(title: str, rows: list[dict[str, Any]], kind: str, targeted: bool) -
         )
 
 
+def _columns(title: str, rows: list[dict[str, Any]], **headers: str) -> None:
+    """Prints `rows` as a table: each keyword names a row key, its value the column header."""
+    table(title, list(headers.values()), [[r[key] for key in headers] for r in rows])
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser()
     mode = parser.add_mutually_exclusive_group()
@@ -361,33 +366,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for point in largest
         for r in bench_target_assignment(name, *point, runs=runs)
     ]
-    table(
+    _columns(
         "compute_target_assignment (what a heartbeat that computes a new target pays; information)",
-        [
-            "assignor",
-            "mode",
-            "members",
-            "partitions",
-            "topics",
-            "baseline ms",
-            "assignor ms",
-            "total ms",
-            "ratio",
-        ],
-        [
-            [
-                r["assignor"],
-                r["mode"],
-                r["members"],
-                r["partitions"],
-                r["topics"],
-                r["baseline_ms"],
-                r["assignor_ms"],
-                r["compute_target_assignment_ms"],
-                r["ratio"],
-            ]
-            for r in rows
-        ],
+        rows,
+        assignor="assignor",
+        mode="mode",
+        members="members",
+        partitions="partitions",
+        topics="topics",
+        baseline_ms="baseline ms",
+        assignor_ms="assignor ms",
+        compute_target_assignment_ms="total ms",
+        ratio="ratio",
     )
     for r in rows:
         figure("assignors", kind="compute_target_assignment", **r)
@@ -400,35 +390,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for mixed in (False, True)
         for r in bench_client_point(name, *point, runs=max(1, runs // 2), mixed=mixed)
     ]
-    table(
+    _columns(
         "client-side assignors, the plain oracle of the server's (information; server ms: the same group)",
-        [
-            "assignor",
-            "mode",
-            "subscriptions",
-            "members",
-            "partitions",
-            "topics",
-            "baseline ms",
-            "client ms",
-            "server ms",
-            "ratio",
-        ],
-        [
-            [
-                r["assignor"],
-                r["mode"],
-                r["subscriptions"],
-                r["members"],
-                r["partitions"],
-                r["topics"],
-                r["baseline_ms"],
-                r["client_ms"],
-                r["server_ms"],
-                r["ratio"],
-            ]
-            for r in rows
-        ],
+        rows,
+        assignor="assignor",
+        mode="mode",
+        subscriptions="subscriptions",
+        members="members",
+        partitions="partitions",
+        topics="topics",
+        baseline_ms="baseline ms",
+        client_ms="client ms",
+        server_ms="server ms",
+        ratio="ratio",
     )
     for r in rows:
         figure("assignors", kind="client", **r)
