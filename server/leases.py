@@ -101,3 +101,33 @@ def min_margin_ms(lease_ms: int) -> int:
     """The least safety margin for `lease_ms`: the clocks' rates may differ by
     `MAX_CLOCK_DRIFT` over a whole lease, and a timer may fire a tick late."""
     return int(lease_ms * MAX_CLOCK_DRIFT) + 10
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRound:
+    """What one renewal period's statement answered (see migrations/0005_shard_leases.sql)."""
+
+    #: The database's clock when the round ran.
+    db_now_ms: int
+    #: The shards this replica holds after the round, by owner epoch (renewed or acquired).
+    granted: Mapping[int, int]
+    #: Every lease, by shard.
+    leases: Mapping[int, Lease]
+    #: The live replicas and their advertised addresses.
+    live: Mapping[str, str]
+
+
+def lease_round_from_json(value: Mapping[str, object]) -> LeaseRound:
+    """The round as `regroup_lease_round` returns it (a JSON object)."""
+    granted = value["granted"]
+    leases = value["leases"]
+    live = value["live"]
+    assert isinstance(granted, dict) and isinstance(leases, list) and isinstance(live, list)
+    db_now = value["now_ms"]
+    assert isinstance(db_now, int)
+    return LeaseRound(
+        db_now_ms=db_now,
+        granted={int(shard): int(epoch) for shard, epoch in granted.items()},
+        leases={int(s): Lease(int(s), str(o), int(e), int(x)) for s, o, e, x in leases},
+        live={str(r): str(a) for r, a in live},
+    )

@@ -11,7 +11,8 @@ connection lost before the commit's acknowledgement does (a write in doubt).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from regroup.reconciler import Group, Record, Topic, replay_all
@@ -22,7 +23,12 @@ from regroup.reconciler.records import (
     TargetAssignmentEpochRecord,
 )
 
+from .leases import Lease, LeaseRound
 from .store import GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable
+
+
+def _system_wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -34,8 +40,14 @@ class MemoryDatabase:
     #: Each group's owner: (replica id, owner epoch).
     owners: dict[str, tuple[str, int]] = field(default_factory=dict)
     topics: dict[str, Topic] = field(default_factory=dict)
-    #: The owner epoch sequence.
+    #: The owner epoch sequence (groups and shard leases draw from it, as in Postgres).
     owner_epochs: int = 0
+    #: The database's clock (wall-clock ms): lease expiries are read and written on it.
+    clock: Callable[[], int] = _system_wall_ms
+    settings: dict[str, str] = field(default_factory=dict)
+    #: replica id -> (advertised address, registration expiry)
+    replicas: dict[str, tuple[str, int]] = field(default_factory=dict)
+    shard_leases: dict[int, Lease] = field(default_factory=dict)
 
 
 class MemoryStore:
@@ -134,6 +146,63 @@ class MemoryStore:
         self._reach()
         self.database.topics.pop(topic_id, None)
         self._committed()
+
+    async def shard_count(self, proposed: int) -> int:
+        self._reach()
+        return int(self.database.settings.setdefault("shards", str(proposed)))
+
+    async def lease_round(
+        self,
+        replica_id: str,
+        address: str,
+        lease_ms: int,
+        renew: Mapping[int, int],
+        release: Sequence[int],
+        acquire: Sequence[int],
+    ) -> LeaseRound:
+        self._reach()
+        return _lease_round(self.database, replica_id, address, lease_ms, renew, release, acquire)
+
+
+def _lease_round(
+    db: MemoryDatabase,
+    replica_id: str,
+    address: str,
+    lease_ms: int,
+    renew: Mapping[int, int],
+    release: Sequence[int],
+    acquire: Sequence[int],
+) -> LeaseRound:
+    """regroup_lease_round (migrations/0005_shard_leases.sql), statement for statement."""
+    t = db.clock()
+    expiry = t + lease_ms
+    db.replicas[replica_id] = (address, expiry)
+    leases = db.shard_leases
+    granted: dict[int, int] = {}
+    for shard in release:
+        if shard in leases and leases[shard].owner == replica_id:
+            del leases[shard]
+    for shard, epoch in renew.items():
+        lease = leases.get(shard)
+        if (
+            lease is not None
+            and (lease.owner, lease.owner_epoch) == (replica_id, epoch)
+            and lease.expires_at_ms > t
+        ):
+            leases[shard] = Lease(shard, replica_id, epoch, expiry)
+            granted[shard] = epoch
+    for shard in dict.fromkeys(acquire):
+        db.owner_epochs += 1  # drawn whether or not the shard is free, as nextval is
+        lease = leases.get(shard)
+        if lease is None or lease.expires_at_ms <= t:
+            leases[shard] = Lease(shard, replica_id, db.owner_epochs, expiry)
+            granted[shard] = db.owner_epochs
+    return LeaseRound(
+        db_now_ms=t,
+        granted=dict(sorted(granted.items())),
+        leases=dict(sorted(leases.items())),
+        live={r: a for r, (a, until) in sorted(db.replicas.items()) if until > t},
+    )
 
 
 def _as_stored(record: Record) -> Record:

@@ -105,6 +105,21 @@ GROUP_OWNER = "SELECT owner, owner_epoch FROM groups WHERE group_id = $1"
 
 PING = "SELECT 1"
 
+# -- shards and leases (migrations/0005_shard_leases.sql) ---------------------
+
+#: $1 replica id, $2 advertised address, $3 lease ms, $4/$5 shards to renew and the epochs
+#: they are held at, $6 shards to release, $7 shards to acquire: one statement per period.
+LEASE_ROUND = "SELECT regroup_lease_round($1, $2, $3, $4::int[], $5::bigint[], $6::int[], $7::int[])"
+#: $1 the shard count a first start proposes; the stored one wins afterwards.
+SHARD_COUNT = """
+WITH proposed AS (
+    INSERT INTO cluster_settings (key, value) VALUES ('shards', $1::text)
+    ON CONFLICT (key) DO NOTHING RETURNING value
+)
+SELECT value FROM proposed UNION ALL SELECT value FROM cluster_settings WHERE key = 'shards'
+LIMIT 1
+"""
+
 # -- loading groups: every group, or one ($1 group id) --------------------------
 
 

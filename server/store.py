@@ -12,7 +12,7 @@ import base64
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -39,6 +39,7 @@ from regroup.reconciler.records import (
 from regroup.reconciler.subscription import canonical_names
 
 from . import sql
+from .leases import LeaseRound, lease_round_from_json
 
 log = structlog.get_logger("regroup")
 
@@ -95,6 +96,23 @@ class GroupStore(Protocol):
     async def delete_topic(self, topic_id: str) -> None: ...
     async def ping(self) -> None:
         """One round trip; raises StoreUnavailable when the store cannot be reached."""
+        ...
+
+    async def shard_count(self, proposed: int) -> int:
+        """The database's shard count: `proposed` if none is stored yet (the first start)."""
+        ...
+
+    async def lease_round(
+        self,
+        replica_id: str,
+        address: str,
+        lease_ms: int,
+        renew: Mapping[int, int],
+        release: Sequence[int],
+        acquire: Sequence[int],
+    ) -> LeaseRound:
+        """One renewal period in one statement: register, renew `renew` (shard -> the
+        owner epoch it is held at), release, acquire the free ones of `acquire`, read."""
         ...
 
 
@@ -658,6 +676,34 @@ class PostgresStore:
             await conn.execute(sql.DELETE_TOPIC, uuid.UUID(topic_id))
 
     # -- introspection -----------------------------------------------------------
+
+    # -- shards and leases ----------------------------------------------------
+
+    async def shard_count(self, proposed: int) -> int:
+        async with self._connection() as conn:
+            return int(await conn.fetchval(sql.SHARD_COUNT, str(proposed)))
+
+    async def lease_round(
+        self,
+        replica_id: str,
+        address: str,
+        lease_ms: int,
+        renew: Mapping[int, int],
+        release: Sequence[int],
+        acquire: Sequence[int],
+    ) -> LeaseRound:
+        async with self._connection() as conn:
+            raw = await conn.fetchval(
+                sql.LEASE_ROUND,
+                replica_id,
+                address,
+                lease_ms,
+                list(renew),
+                list(renew.values()),
+                list(release),
+                list(acquire),
+            )
+        return lease_round_from_json(json.loads(raw))
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         async with self._connection() as conn:

@@ -87,7 +87,7 @@ async def test_connectors_without_a_group_become_an_empty_connect_group(
             "INSERT INTO connectors (group_id, name, tasks)"
             " VALUES ('orphan', 'A', 2), ('orphan', 'B', 0), ('consumers', 'C', 1)"
         )
-        assert await migrate(dsn) == ["0004_connectors_belong_to_groups.sql"]
+        assert (await migrate(dsn))[0] == "0004_connectors_belong_to_groups.sql"
         groups = [tuple(r) for r in await conn.fetch("SELECT group_id, group_type, group_epoch FROM groups")]
         connectors = [
             tuple(r) for r in await conn.fetch("SELECT group_id, name FROM connectors ORDER BY 1, 2")

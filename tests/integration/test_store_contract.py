@@ -6,6 +6,7 @@ keep their names unique."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -212,3 +213,49 @@ async def test_topics_keep_unique_names(new_store: NewStore) -> None:
     assert conflict.value.constraint == "topics_name_key"
     await store.delete_topic(b.topic_id)
     assert await store.load_topics() == [grown]
+
+
+# -- shards and leases (the database's clock is real here: leases last milliseconds) --
+
+
+async def test_the_first_shard_count_stays(new_store: NewStore) -> None:
+    store = await new_store("r1")
+    assert await store.shard_count(16) == 16
+    assert await (await new_store("r2")).shard_count(64) == 16
+
+
+async def test_a_lease_round_acquires_free_shards_and_renews_at_its_epoch(new_store: NewStore) -> None:
+    a, b = await new_store("a"), await new_store("b")
+    first = await a.lease_round("a", "10.0.0.1:50051", 60_000, {}, [], [0, 1, 1])
+    assert set(first.granted) == {0, 1}
+    assert first.live == {"a": "10.0.0.1:50051"}
+    assert [(s, lease.owner) for s, lease in first.leases.items()] == [(0, "a"), (1, "a")]
+    assert first.leases[0].expires_at_ms >= first.db_now_ms + 60_000 - 1
+
+    # b cannot take a live lease, whoever asks; its own free shard it gets, at a later epoch.
+    taken = await b.lease_round("b", "10.0.0.2:50051", 60_000, {}, [], [1, 2])
+    assert taken.granted == {2: taken.leases[2].owner_epoch}
+    assert taken.leases[2].owner_epoch > max(first.granted.values())
+    assert taken.leases[1].owner == "a" and set(taken.live) == {"a", "b"}
+
+    # a renews at its epochs; a wrong epoch renews nothing.
+    renewed = await a.lease_round("a", "10.0.0.1:50051", 60_000, {0: first.granted[0], 1: -1}, [], [])
+    assert renewed.granted == {0: first.granted[0]}
+    assert renewed.leases[0].expires_at_ms >= first.leases[0].expires_at_ms
+
+
+async def test_released_and_expired_leases_are_free(new_store: NewStore) -> None:
+    a, b = await new_store("a"), await new_store("b")
+    held = await a.lease_round("a", "a:1", 60_000, {}, [], [0, 1])
+    released = await a.lease_round("a", "a:1", 60_000, dict(held.granted), [0], [])
+    assert set(released.granted) == {1}
+    assert set((await b.lease_round("b", "b:1", 60_000, {}, [], [0])).granted) == {0}
+
+    # A lease of 1 ms has run out by the database's clock by b's next round.
+    short = await a.lease_round("a", "a:1", 1, {}, [], [5])
+    assert set(short.granted) == {5}
+    await asyncio.sleep(0.01)
+    late = await a.lease_round("a", "a:1", 60_000, {5: short.granted[5]}, [], [])
+    assert 5 not in late.granted  # expired: renewing is too late, the lease must be taken again
+    again = await b.lease_round("b", "b:1", 60_000, {}, [], [5])
+    assert again.granted[5] > short.granted[5]

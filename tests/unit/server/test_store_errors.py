@@ -49,6 +49,8 @@ CALLS: dict[str, Callable[[GroupStore], Awaitable[Any]]] = {
     "put_topic": lambda s: s.put_topic(TOPIC),
     "delete_topic": lambda s: s.delete_topic(TOPIC.topic_id),
     "ping": lambda s: s.ping(),
+    "shard_count": lambda s: s.shard_count(64),
+    "lease_round": lambda s: s.lease_round("r", "127.0.0.1:1", 1_000, {0: 1}, [1], [2]),
 }
 
 
