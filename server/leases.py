@@ -24,7 +24,7 @@ decides what to ask for and for how long a lease may be trusted.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 #: The clocks' rates may differ by this fraction (NTP keeps real ones within 500 ppm).
@@ -101,6 +101,20 @@ def min_margin_ms(lease_ms: int) -> int:
     """The least safety margin for `lease_ms`: the clocks' rates may differ by
     `MAX_CLOCK_DRIFT` over a whole lease, and a timer may fire a tick late."""
     return int(lease_ms * MAX_CLOCK_DRIFT) + 10
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRequest:
+    """One renewal period of a replica: what it renews, releases and acquires."""
+
+    replica_id: str
+    #: Where other replicas and clients reach it.
+    address: str
+    lease_ms: int
+    #: shard -> the owner epoch it is held at.
+    renew: Mapping[int, int]
+    release: Sequence[int] = ()
+    acquire: Sequence[int] = ()
 
 
 @dataclass(frozen=True, slots=True)

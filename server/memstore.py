@@ -12,7 +12,7 @@ connection lost before the commit's acknowledgement does (a write in doubt).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from regroup.reconciler import Group, Record, Topic, replay_all
@@ -23,7 +23,7 @@ from regroup.reconciler.records import (
     TargetAssignmentEpochRecord,
 )
 
-from .leases import Lease, LeaseRound
+from .leases import Lease, LeaseRequest, LeaseRound
 from .store import GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable
 
 
@@ -151,38 +151,23 @@ class MemoryStore:
         self._reach()
         return int(self.database.settings.setdefault("shards", str(proposed)))
 
-    async def lease_round(
-        self,
-        replica_id: str,
-        address: str,
-        lease_ms: int,
-        renew: Mapping[int, int],
-        release: Sequence[int],
-        acquire: Sequence[int],
-    ) -> LeaseRound:
+    async def lease_round(self, request: LeaseRequest) -> LeaseRound:
         self._reach()
-        return _lease_round(self.database, replica_id, address, lease_ms, renew, release, acquire)
+        return _lease_round(self.database, request)
 
 
-def _lease_round(
-    db: MemoryDatabase,
-    replica_id: str,
-    address: str,
-    lease_ms: int,
-    renew: Mapping[int, int],
-    release: Sequence[int],
-    acquire: Sequence[int],
-) -> LeaseRound:
+def _lease_round(db: MemoryDatabase, request: LeaseRequest) -> LeaseRound:
     """regroup_lease_round (migrations/0005_shard_leases.sql), statement for statement."""
+    replica_id, lease_ms = request.replica_id, request.lease_ms
     t = db.clock()
     expiry = t + lease_ms
-    db.replicas[replica_id] = (address, expiry)
+    db.replicas[replica_id] = (request.address, expiry)
     leases = db.shard_leases
     granted: dict[int, int] = {}
-    for shard in release:
+    for shard in request.release:
         if shard in leases and leases[shard].owner == replica_id:
             del leases[shard]
-    for shard, epoch in renew.items():
+    for shard, epoch in request.renew.items():
         lease = leases.get(shard)
         if (
             lease is not None
@@ -191,7 +176,7 @@ def _lease_round(
         ):
             leases[shard] = Lease(shard, replica_id, epoch, expiry)
             granted[shard] = epoch
-    for shard in dict.fromkeys(acquire):
+    for shard in dict.fromkeys(request.acquire):
         db.owner_epochs += 1  # drawn whether or not the shard is free, as nextval is
         lease = leases.get(shard)
         if lease is None or lease.expires_at_ms <= t:

@@ -12,7 +12,7 @@ import base64
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -39,7 +39,7 @@ from regroup.reconciler.records import (
 from regroup.reconciler.subscription import canonical_names
 
 from . import sql
-from .leases import LeaseRound, lease_round_from_json
+from .leases import LeaseRequest, LeaseRound, lease_round_from_json
 
 log = structlog.get_logger("regroup")
 
@@ -102,17 +102,9 @@ class GroupStore(Protocol):
         """The database's shard count: `proposed` if none is stored yet (the first start)."""
         ...
 
-    async def lease_round(
-        self,
-        replica_id: str,
-        address: str,
-        lease_ms: int,
-        renew: Mapping[int, int],
-        release: Sequence[int],
-        acquire: Sequence[int],
-    ) -> LeaseRound:
-        """One renewal period in one statement: register, renew `renew` (shard -> the
-        owner epoch it is held at), release, acquire the free ones of `acquire`, read."""
+    async def lease_round(self, request: LeaseRequest) -> LeaseRound:
+        """One renewal period in one statement: register, renew, release, acquire the
+        free shards asked for, then read every lease and the live replicas."""
         ...
 
 
@@ -683,25 +675,18 @@ class PostgresStore:
         async with self._connection() as conn:
             return int(await conn.fetchval(sql.SHARD_COUNT, str(proposed)))
 
-    async def lease_round(
-        self,
-        replica_id: str,
-        address: str,
-        lease_ms: int,
-        renew: Mapping[int, int],
-        release: Sequence[int],
-        acquire: Sequence[int],
-    ) -> LeaseRound:
+    async def lease_round(self, request: LeaseRequest) -> LeaseRound:
+        r = request
         async with self._connection() as conn:
             raw = await conn.fetchval(
                 sql.LEASE_ROUND,
-                replica_id,
-                address,
-                lease_ms,
-                list(renew),
-                list(renew.values()),
-                list(release),
-                list(acquire),
+                r.replica_id,
+                r.address,
+                r.lease_ms,
+                list(r.renew),
+                list(r.renew.values()),
+                list(r.release),
+                list(r.acquire),
             )
         return lease_round_from_json(json.loads(raw))
 

@@ -35,6 +35,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
     member_removal_records,
 )
+from regroup.server.leases import LeaseRequest
 from regroup.server.memstore import MemoryDatabase, MemoryStore
 from regroup.server.store import GroupStore, NotOwner, PostgresStore, StoreConflict
 from tests.support.pg import EmbeddedPostgres
@@ -226,36 +227,38 @@ async def test_the_first_shard_count_stays(new_store: NewStore) -> None:
 
 async def test_a_lease_round_acquires_free_shards_and_renews_at_its_epoch(new_store: NewStore) -> None:
     a, b = await new_store("a"), await new_store("b")
-    first = await a.lease_round("a", "10.0.0.1:50051", 60_000, {}, [], [0, 1, 1])
+    first = await a.lease_round(LeaseRequest("a", "10.0.0.1:50051", 60_000, {}, [], [0, 1, 1]))
     assert set(first.granted) == {0, 1}
     assert first.live == {"a": "10.0.0.1:50051"}
     assert [(s, lease.owner) for s, lease in first.leases.items()] == [(0, "a"), (1, "a")]
     assert first.leases[0].expires_at_ms >= first.db_now_ms + 60_000 - 1
 
     # b cannot take a live lease, whoever asks; its own free shard it gets, at a later epoch.
-    taken = await b.lease_round("b", "10.0.0.2:50051", 60_000, {}, [], [1, 2])
+    taken = await b.lease_round(LeaseRequest("b", "10.0.0.2:50051", 60_000, {}, [], [1, 2]))
     assert taken.granted == {2: taken.leases[2].owner_epoch}
     assert taken.leases[2].owner_epoch > max(first.granted.values())
     assert taken.leases[1].owner == "a" and set(taken.live) == {"a", "b"}
 
     # a renews at its epochs; a wrong epoch renews nothing.
-    renewed = await a.lease_round("a", "10.0.0.1:50051", 60_000, {0: first.granted[0], 1: -1}, [], [])
+    renewed = await a.lease_round(
+        LeaseRequest("a", "10.0.0.1:50051", 60_000, {0: first.granted[0], 1: -1}, [], [])
+    )
     assert renewed.granted == {0: first.granted[0]}
     assert renewed.leases[0].expires_at_ms >= first.leases[0].expires_at_ms
 
 
 async def test_released_and_expired_leases_are_free(new_store: NewStore) -> None:
     a, b = await new_store("a"), await new_store("b")
-    held = await a.lease_round("a", "a:1", 60_000, {}, [], [0, 1])
-    released = await a.lease_round("a", "a:1", 60_000, dict(held.granted), [0], [])
+    held = await a.lease_round(LeaseRequest("a", "a:1", 60_000, {}, [], [0, 1]))
+    released = await a.lease_round(LeaseRequest("a", "a:1", 60_000, dict(held.granted), [0], []))
     assert set(released.granted) == {1}
-    assert set((await b.lease_round("b", "b:1", 60_000, {}, [], [0])).granted) == {0}
+    assert set((await b.lease_round(LeaseRequest("b", "b:1", 60_000, {}, [], [0]))).granted) == {0}
 
     # A lease of 1 ms has run out by the database's clock by b's next round.
-    short = await a.lease_round("a", "a:1", 1, {}, [], [5])
+    short = await a.lease_round(LeaseRequest("a", "a:1", 1, {}, [], [5]))
     assert set(short.granted) == {5}
     await asyncio.sleep(0.01)
-    late = await a.lease_round("a", "a:1", 60_000, {5: short.granted[5]}, [], [])
+    late = await a.lease_round(LeaseRequest("a", "a:1", 60_000, {5: short.granted[5]}, [], []))
     assert 5 not in late.granted  # expired: renewing is too late, the lease must be taken again
-    again = await b.lease_round("b", "b:1", 60_000, {}, [], [5])
+    again = await b.lease_round(LeaseRequest("b", "b:1", 60_000, {}, [], [5]))
     assert again.granted[5] > short.granted[5]

@@ -15,6 +15,7 @@ import pytest
 from regroup.reconciler import Topic
 from regroup.reconciler.model import MemberState
 from regroup.reconciler.records import CurrentAssignmentRecord, GroupMetadataRecord
+from regroup.server.leases import LeaseRequest
 from regroup.server.store import GroupStore, PostgresStore, StoreUnavailable
 
 
@@ -50,7 +51,7 @@ CALLS: dict[str, Callable[[GroupStore], Awaitable[Any]]] = {
     "delete_topic": lambda s: s.delete_topic(TOPIC.topic_id),
     "ping": lambda s: s.ping(),
     "shard_count": lambda s: s.shard_count(64),
-    "lease_round": lambda s: s.lease_round("r", "127.0.0.1:1", 1_000, {0: 1}, [1], [2]),
+    "lease_round": lambda s: s.lease_round(LeaseRequest("r", "127.0.0.1:1", 1_000, {0: 1}, [1], [2])),
 }
 
 
