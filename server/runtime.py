@@ -47,20 +47,12 @@ from regroup.reconciler.subscription import subscribes_to_any
 
 from .assigner import Assigner
 from .clock import Clock
-from .scheduler import OFFSETS_SWEEP, TIMER_RETRY_MS, TIMER_TICK_MS, Scheduler
+from .scheduler import Scheduler
 from .store import GroupStore
 from .storewatch import StoreWatch
 from .timers import TimerKey, TimerQueue
 from .topicadmin import TopicAdmin, TopicOutcome
 from .writepath import GroupWriter
-
-__all__ = [
-    "OFFSETS_SWEEP",
-    "TIMER_RETRY_MS",
-    "TIMER_TICK_MS",
-    "Coordinator",
-    "TopicOutcome",
-]
 
 
 class Coordinator:

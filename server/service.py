@@ -22,7 +22,8 @@ from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
 from . import mapping, paging
-from .runtime import Coordinator, TopicOutcome
+from .runtime import Coordinator
+from .topicadmin import TopicOutcome
 
 log = structlog.get_logger("regroup")
 
