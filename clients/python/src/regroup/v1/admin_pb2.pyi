@@ -660,6 +660,7 @@ class DescribedGroup(_message.Message):
     COMPUTING_MEMBER_ID_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_ERROR_FIELD_NUMBER: _builtins.int
     CONNECTORS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     group_id: _builtins.str
@@ -677,6 +678,8 @@ class DescribedGroup(_message.Message):
     assignor's, or why no member can compute).
     """
     assignment_error: _builtins.str
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the group."""
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedMember]: ...
     @_builtins.property
@@ -698,10 +701,11 @@ class DescribedGroup(_message.Message):
         computing_member_id: _builtins.str = ...,
         assignment_error: _builtins.str = ...,
         connectors: _abc.Iterable[Global___ConnectorConfig] | None = ...,
+        coordinator_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignment_error", b"assignment_error", "assignor_name", b"assignor_name", "computing_member_id", b"computing_member_id", "connectors", b"connectors", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "group_state", b"group_state", "group_type", b"group_type", "members", b"members"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignment_error", b"assignment_error", "assignor_name", b"assignor_name", "computing_member_id", b"computing_member_id", "connectors", b"connectors", "coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "group_state", b"group_state", "group_type", b"group_type", "members", b"members"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -758,19 +762,23 @@ class DeleteGroupsResponse(_message.Message):
         GROUP_ID_FIELD_NUMBER: _builtins.int
         ERROR_CODE_FIELD_NUMBER: _builtins.int
         ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+        COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
         group_id: _builtins.str
         error_code: _common_pb2.ErrorCode.ValueType
         error_message: _builtins.str
+        coordinator_address: _builtins.str
+        """Set only with NOT_COORDINATOR: host:port of the replica that owns the group."""
         def __init__(
             self,
             *,
             group_id: _builtins.str = ...,
             error_code: _common_pb2.ErrorCode.ValueType = ...,
             error_message: _builtins.str = ...,
+            coordinator_address: _builtins.str = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "group_id", b"group_id"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message", "group_id", b"group_id"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -846,20 +854,24 @@ class PutConnectorsResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     group_epoch: _builtins.int
     """The group epoch after the change."""
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the group."""
     def __init__(
         self,
         *,
         error_code: _common_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
         group_epoch: _builtins.int = ...,
+        coordinator_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -20,6 +20,61 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class FindCoordinatorRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    """The group identifier (it need not exist)."""
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorRequest: _TypeAlias = FindCoordinatorRequest  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    SHARD_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    """NONE, INVALID_GROUP_ID, or COORDINATOR_NOT_AVAILABLE (no owner right now)."""
+    error_message: _builtins.str
+    address: _builtins.str
+    """host:port of the replica that coordinates the group."""
+    replica_id: _builtins.str
+    """That replica's id (REGROUP_REPLICA_ID)."""
+    shard: _builtins.int
+    """The group's shard (a stable hash of the group id modulo the shard count)."""
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        address: _builtins.str = ...,
+        replica_id: _builtins.str = ...,
+        shard: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "error_code", b"error_code", "error_message", b"error_message", "replica_id", b"replica_id", "shard", b"shard"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorResponse: _TypeAlias = FindCoordinatorResponse  # noqa: Y015
+
+@_typing.final
 class ConsumerGroupHeartbeatRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -137,6 +192,7 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     SESSION_RENEWED_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     """NONE, or the reason the heartbeat was refused."""
     error_message: _builtins.str
@@ -159,6 +215,11 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
     session because the coordinator could not store. Without it, the refusal
     says nothing about the session.
     """
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the
+    group now (empty if unknown). Send the call there, or call
+    FindCoordinator again.
+    """
     @_builtins.property
     def assignment(self) -> _common_pb2.Assignment:
         """The member's full assignment; absent when unchanged (as in Kafka)."""
@@ -174,10 +235,11 @@ class ConsumerGroupHeartbeatResponse(_message.Message):
         assignment: _common_pb2.Assignment | None = ...,
         session_timeout_ms: _builtins.int = ...,
         session_renewed: _builtins.bool = ...,
+        coordinator_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_renewed", b"session_renewed", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_renewed", b"session_renewed", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -276,6 +338,7 @@ class ConnectGroupHeartbeatResponse(_message.Message):
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     SESSION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     SESSION_RENEWED_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     """NONE, COMPUTE_ASSIGNMENT, or the reason the heartbeat was refused."""
     error_message: _builtins.str
@@ -286,6 +349,11 @@ class ConnectGroupHeartbeatResponse(_message.Message):
     session_renewed: _builtins.bool
     """As in ConsumerGroupHeartbeatResponse: with COORDINATOR_NOT_AVAILABLE, the
     worker's session was renewed at member_epoch although nothing was stored.
+    """
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the
+    group now (empty if unknown). Send the call there, or call
+    FindCoordinator again.
     """
     @_builtins.property
     def assignment(self) -> _common_pb2.ConnectorsAndTasks:
@@ -302,10 +370,11 @@ class ConnectGroupHeartbeatResponse(_message.Message):
         assignment: _common_pb2.ConnectorsAndTasks | None = ...,
         session_timeout_ms: _builtins.int = ...,
         session_renewed: _builtins.bool = ...,
+        coordinator_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_renewed", b"session_renewed", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message", "heartbeat_interval_ms", b"heartbeat_interval_ms", "member_epoch", b"member_epoch", "member_id", b"member_id", "session_renewed", b"session_renewed", "session_timeout_ms", b"session_timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -457,6 +526,7 @@ class PrepareAssignmentResponse(_message.Message):
     CONNECTORS_FIELD_NUMBER: _builtins.int
     ASSIGNOR_STATE_FIELD_NUMBER: _builtins.int
     COORDINATOR_TIME_MS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     group_epoch: _builtins.int
@@ -469,6 +539,11 @@ class PrepareAssignmentResponse(_message.Message):
     """What the previous InstallAssignment left for the next computation."""
     coordinator_time_ms: _builtins.int
     """The coordinator's clock (epoch milliseconds), for assignors that delay work."""
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the
+    group now (empty if unknown). Send the call there, or call
+    FindCoordinator again.
+    """
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___AssignmentMember]: ...
     @_builtins.property
@@ -492,10 +567,11 @@ class PrepareAssignmentResponse(_message.Message):
         connectors: _abc.Iterable[Global___AssignableConnector] | None = ...,
         assignor_state: _builtins.bytes = ...,
         coordinator_time_ms: _builtins.int = ...,
+        coordinator_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor_name", b"assignor_name", "assignor_state", b"assignor_state", "connectors", b"connectors", "coordinator_time_ms", b"coordinator_time_ms", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_type", b"group_type", "members", b"members", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor_name", b"assignor_name", "assignor_state", b"assignor_state", "connectors", b"connectors", "coordinator_address", b"coordinator_address", "coordinator_time_ms", b"coordinator_time_ms", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_type", b"group_type", "members", b"members", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -596,17 +672,24 @@ class InstallAssignmentResponse(_message.Message):
 
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the
+    group now (empty if unknown). Send the call there, or call
+    FindCoordinator again.
+    """
     def __init__(
         self,
         *,
         error_code: _common_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
+        coordinator_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -746,9 +829,15 @@ class OffsetCommitResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     """An error of the whole request (then no partition was committed)."""
     error_message: _builtins.str
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the
+    group now (empty if unknown). Send the call there, or call
+    FindCoordinator again.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitResponse.Topic]: ...
     def __init__(
@@ -757,10 +846,11 @@ class OffsetCommitResponse(_message.Message):
         error_code: _common_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
         topics: _abc.Iterable[Global___OffsetCommitResponse.Topic] | None = ...,
+        coordinator_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -893,8 +983,14 @@ class OffsetFetchResponse(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the
+    group now (empty if unknown). Send the call there, or call
+    FindCoordinator again.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchResponse.Topic]: ...
     def __init__(
@@ -903,10 +999,11 @@ class OffsetFetchResponse(_message.Message):
         error_code: _common_pb2.ErrorCode.ValueType = ...,
         error_message: _builtins.str = ...,
         topics: _abc.Iterable[Global___OffsetFetchResponse.Topic] | None = ...,
+        coordinator_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

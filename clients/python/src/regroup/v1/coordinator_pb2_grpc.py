@@ -65,6 +65,11 @@ class GroupCoordinatorStub:
                 request_serializer=regroup_dot_v1_dot_coordinator__pb2.OffsetFetchRequest.SerializeToString,
                 response_deserializer=regroup_dot_v1_dot_coordinator__pb2.OffsetFetchResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/regroup.v1.GroupCoordinator/FindCoordinator',
+                request_serializer=regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServicer:
@@ -132,6 +137,18 @@ class GroupCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """Where a group is coordinated: the address of the replica that owns the
+        group's shard now. Any replica answers, for any group (existing or not).
+        A client may then talk to that address directly; every replica also
+        forwards a group's calls to its owner, so talking to any one works too.
+        COORDINATOR_NOT_AVAILABLE while no replica holds the shard (a takeover
+        in progress): retry after a backoff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -164,6 +181,11 @@ def add_GroupCoordinatorServicer_to_server(servicer, server):
                     servicer.OffsetFetch,
                     request_deserializer=regroup_dot_v1_dot_coordinator__pb2.OffsetFetchRequest.FromString,
                     response_serializer=regroup_dot_v1_dot_coordinator__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -329,6 +351,33 @@ class GroupCoordinator:
             '/regroup.v1.GroupCoordinator/OffsetFetch',
             regroup_dot_v1_dot_coordinator__pb2.OffsetFetchRequest.SerializeToString,
             regroup_dot_v1_dot_coordinator__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupCoordinator/FindCoordinator',
+            regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorRequest.SerializeToString,
+            regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,6 +70,14 @@ class GroupCoordinatorStub:
     """Reads committed offsets, with the same member checks (an empty member id
     with epoch -1 reads as an admin).
     """
+    FindCoordinator: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.FindCoordinatorRequest, _coordinator_pb2.FindCoordinatorResponse]
+    """Where a group is coordinated: the address of the replica that owns the
+    group's shard now. Any replica answers, for any group (existing or not).
+    A client may then talk to that address directly; every replica also
+    forwards a group's calls to its owner, so talking to any one works too.
+    COORDINATOR_NOT_AVAILABLE while no replica holds the shard (a takeover
+    in progress): retry after a backoff.
+    """
 
 @_typing.type_check_only
 class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
@@ -112,6 +120,14 @@ class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
     OffsetFetch: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.OffsetFetchRequest, _coordinator_pb2.OffsetFetchResponse]  # type: ignore[assignment]
     """Reads committed offsets, with the same member checks (an empty member id
     with epoch -1 reads as an admin).
+    """
+    FindCoordinator: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.FindCoordinatorRequest, _coordinator_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
+    """Where a group is coordinated: the address of the replica that owns the
+    group's shard now. Any replica answers, for any group (existing or not).
+    A client may then talk to that address directly; every replica also
+    forwards a group's calls to its owner, so talking to any one works too.
+    COORDINATOR_NOT_AVAILABLE while no replica holds the shard (a takeover
+    in progress): retry after a backoff.
     """
 
 class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
@@ -188,6 +204,20 @@ class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_coordinator_pb2.OffsetFetchResponse, _abc.Awaitable[_coordinator_pb2.OffsetFetchResponse]]:
         """Reads committed offsets, with the same member checks (an empty member id
         with epoch -1 reads as an admin).
+        """
+
+    @_abc_1.abstractmethod
+    def FindCoordinator(
+        self,
+        request: _coordinator_pb2.FindCoordinatorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_coordinator_pb2.FindCoordinatorResponse, _abc.Awaitable[_coordinator_pb2.FindCoordinatorResponse]]:
+        """Where a group is coordinated: the address of the replica that owns the
+        group's shard now. Any replica answers, for any group (existing or not).
+        A client may then talk to that address directly; every replica also
+        forwards a group's calls to its owner, so talking to any one works too.
+        COORDINATOR_NOT_AVAILABLE while no replica holds the shard (a takeover
+        in progress): retry after a backoff.
         """
 
 def add_GroupCoordinatorServicer_to_server(servicer: GroupCoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
