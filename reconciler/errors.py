@@ -150,6 +150,14 @@ class CoordinatorNotAvailable(ApiError):
 
 
 class NotCoordinator(ApiError):
-    """Raised by the shell when another replica owns the group."""
+    """Raised by the shell when another replica owns the group; `coordinator_address`
+    is that replica's address when known (it goes in the response)."""
 
     code = ErrorCode.NOT_COORDINATOR
+    coordinator_address: str = ""
+
+
+class CoordinatorLoadInProgress(ApiError):
+    """Raised by the shell while it loads the groups of a shard it just acquired."""
+
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -18,6 +19,8 @@ from .accept import AcceptWidener, widened_server
 from .clock import Clock, SystemClock
 from .config import Settings
 from .embedded import start_embedded_postgres
+from .forwarding import Forwarder
+from .leasekeeper import LeaseSettings
 from .migrate import Migration, apply_migrations, discover
 from .runtime import Coordinator
 from .service import GroupAdminService, GroupCoordinatorService
@@ -46,6 +49,17 @@ async def resolve_database_url(settings: Settings) -> str:
     if settings.database_url:
         return settings.database_url
     return await asyncio.to_thread(start_embedded_postgres, settings.data_dir)
+
+
+def advertised_address(settings: Settings, port: int) -> str:
+    """REGROUP_ADVERTISED_ADDRESS, else the listen host (this host's name when it
+    listens on every interface) with the port bound."""
+    if settings.advertised_address:
+        return settings.advertised_address
+    host = settings.listen.rpartition(":")[0]
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        host = socket.gethostname()
+    return f"{host}:{port}"
 
 
 def find_migrations(settings: Settings) -> list[Migration]:
@@ -79,6 +93,9 @@ class RegroupServer:
     interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
     coordinator: Coordinator | None = None
     port: int = 0
+    #: Where other replicas and clients reach this one (REGROUP_ADVERTISED_ADDRESS).
+    address: str = ""
+    _forwarder: Forwarder | None = None
     _server: grpc.aio.Server | None = None
     _store: PostgresStore | None = None
     _health: health.aio.HealthServicer | None = None
@@ -94,21 +111,36 @@ class RegroupServer:
         self._store = await PostgresStore.connect(
             dsn, self.settings.replica_id, timeout_s=self.settings.store_timeout_ms / 1000
         )
-        self.coordinator = Coordinator(
-            self._store, self.settings.group_config(), self.clock, run_timers=self.run_timers
-        )
-        await self.coordinator.start()
-
+        # Bound before the coordinator starts: its leases advertise the address.
         limit = self.settings.max_message_bytes
         server, widener = widened_server(
             self.settings.accept_depth,
             interceptors=self.interceptors,
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
         )
-        coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
-            GroupCoordinatorService(self.coordinator), server
+        self.port = server.add_insecure_port(self.settings.listen)
+        if self.port == 0:
+            raise OSError(f"Cannot listen on {self.settings.listen}.")
+        self.address = advertised_address(self.settings, self.port)
+        self.coordinator = Coordinator(
+            self._store,
+            self.settings.group_config(),
+            self.clock,
+            run_timers=self.run_timers,
+            leases=LeaseSettings(
+                shards=self.settings.shards,
+                lease_ms=self.settings.lease_ms,
+                renew_ms=self.settings.lease_renew_ms,
+                address=self.address,
+            ),
         )
-        admin = GroupAdminService(self.coordinator, max_message_bytes=limit)
+        self._forwarder = Forwarder(
+            self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit
+        )
+        coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
+            GroupCoordinatorService(self.coordinator, self._forwarder), server
+        )
+        admin = GroupAdminService(self.coordinator, max_message_bytes=limit, forwarder=self._forwarder)
         admin_pb2_grpc.add_GroupAdminServicer_to_server(admin, server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -120,9 +152,7 @@ class RegroupServer:
             ),
             server,
         )
-        self.port = server.add_insecure_port(self.settings.listen)
-        if self.port == 0:
-            raise OSError(f"Cannot listen on {self.settings.listen}.")
+        await self.coordinator.start()
         await server.start()
         extra = widener.start()
         self._widener = widener
@@ -133,7 +163,13 @@ class RegroupServer:
         self._watch.start()
         self._server = server
         host = self.settings.listen.rpartition(":")[0]
-        log.info("server_started", listen=f"{host}:{self.port}", extra_accepts=extra)
+        log.info(
+            "server_started",
+            listen=f"{host}:{self.port}",
+            advertised=self.address,
+            replica_id=self._store.replica_id,
+            extra_accepts=extra,
+        )
 
     async def _store_changed(self, available: bool) -> None:
         if self._health is not None:
@@ -160,6 +196,10 @@ class RegroupServer:
             await watch.stop()
         if health_servicer is not None:
             await health_servicer.enter_graceful_shutdown()
+        if coordinator is not None:
+            # First: other replicas take the shards over at once (a call still running
+            # here finds its write fenced and is answered NOT_COORDINATOR).
+            await coordinator.release_shards()
         widener, self._widener = self._widener, None
         if server is not None:
             await server.stop(self.settings.shutdown_grace_s)
@@ -167,6 +207,9 @@ class RegroupServer:
             await widener.stop()
         if coordinator is not None:
             await coordinator.stop()
+        forwarder, self._forwarder = self._forwarder, None
+        if forwarder is not None:
+            await forwarder.close()
         if store is not None:
             await store.close()
             log.info("server_stopped")

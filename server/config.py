@@ -11,8 +11,11 @@ from pathlib import Path
 from regroup.reconciler import GroupConfig
 from regroup.reconciler.assignors import BUILTIN_ASSIGNORS
 
+from .leases import min_margin_ms
+
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_DATA_DIR = ".regroup"
+DEFAULT_LEASE_MS = 10_000
 
 
 class ConfigError(ValueError):
@@ -45,9 +48,19 @@ class Settings:
     #: Connecting to Postgres and each statement give up after this long.
     store_timeout_ms: int = 10_000
     log_level: str = "info"
-    #: This replica's name in the groups' owner column.
+    #: This replica's name in the shard leases (default: a new one per process).
     replica_id: str = ""
     migrations_dir: Path | None = None
+    #: Groups are spread over this many shards (fixed when the database is first used).
+    shards: int = 64
+    #: How long a shard's lease lasts without renewal, and how often it is renewed.
+    lease_ms: int = DEFAULT_LEASE_MS
+    lease_renew_ms: int = DEFAULT_LEASE_MS * 3 // 10
+    #: host:port other replicas and clients reach this one at (default: the listen
+    #: address, with this host's name when it listens on every interface).
+    advertised_address: str = ""
+    #: Calls for a group another replica owns are forwarded there (else NOT_COORDINATOR).
+    forward: bool = True
 
     def group_config(self) -> GroupConfig:
         return GroupConfig(
@@ -82,7 +95,15 @@ _ENV = {
     "log_level": "REGROUP_LOG_LEVEL",
     "replica_id": "REGROUP_REPLICA_ID",
     "migrations_dir": "REGROUP_MIGRATIONS_DIR",
+    "shards": "REGROUP_SHARDS",
+    "lease_ms": "REGROUP_LEASE_MS",
+    "lease_renew_ms": "REGROUP_LEASE_RENEW_MS",
+    "advertised_address": "REGROUP_ADVERTISED_ADDRESS",
+    "forward": "REGROUP_FORWARD",
 }
+
+#: The most shards a database may be split into.
+MAX_SHARDS = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,6 +152,13 @@ def _parse(raw: Mapping[str, str]) -> Settings:
     listen = raw.get("listen", defaults.listen)
     if ":" not in listen:
         raise ConfigError(f"REGROUP_LISTEN must be host:port, got {listen!r}.")
+    advertised = raw.get("advertised_address", "")
+    if advertised and not _host_port(advertised):
+        raise ConfigError(f"REGROUP_ADVERTISED_ADDRESS must be host:port, got {advertised!r}.")
+    shards = _int(raw, "shards", defaults.shards, 1)
+    if shards > MAX_SHARDS:
+        raise ConfigError(f"REGROUP_SHARDS must be at most {MAX_SHARDS}, got {shards}.")
+    lease_ms, renew_ms = _lease(raw)
     return Settings(
         listen=listen,
         database_url=raw.get("database_url"),
@@ -155,7 +183,46 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         log_level=raw.get("log_level", defaults.log_level).lower(),
         replica_id=raw.get("replica_id", ""),
         migrations_dir=Path(raw["migrations_dir"]) if "migrations_dir" in raw else None,
+        shards=shards,
+        lease_ms=lease_ms,
+        lease_renew_ms=renew_ms,
+        advertised_address=advertised,
+        forward=_bool(raw, "forward", defaults.forward),
     )
+
+
+def _lease(raw: Mapping[str, str]) -> tuple[int, int]:
+    """REGROUP_LEASE_MS and REGROUP_LEASE_RENEW_MS (by default 3/10 of the lease).
+
+    A renewal that fails must be retried, and answered, before the lease stops
+    being trusted (its length minus the safety margin): two renewal periods fit.
+    """
+    lease_ms = _int(raw, "lease_ms", DEFAULT_LEASE_MS, 500)
+    renew_ms = _int(raw, "lease_renew_ms", lease_ms * 3 // 10, 50)
+    trusted_ms = lease_ms - min_margin_ms(lease_ms)
+    if 2 * renew_ms > trusted_ms:
+        raise ConfigError(
+            f"REGROUP_LEASE_RENEW_MS ({renew_ms}) must be at most {trusted_ms // 2}: half of "
+            f"REGROUP_LEASE_MS ({lease_ms}) less its safety margin ({lease_ms - trusted_ms} ms), "
+            "so that a failed renewal is retried before the lease may be taken over."
+        )
+    return lease_ms, renew_ms
+
+
+def _bool(raw: Mapping[str, str], field: str, default: bool) -> bool:
+    if field not in raw:
+        return default
+    value = raw[field].strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{_ENV[field]} must be true or false, got {raw[field]!r}.")
+
+
+def _host_port(value: str) -> bool:
+    host, sep, port = value.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
 def _assignors(value: str | None, default: Sequence[str]) -> tuple[str, ...]:

@@ -2,8 +2,8 @@
 
 It keeps each group's stored records and rebuilds the group by replaying them on
 every load, as the Postgres store rebuilds it from its rows. Several stores may
-share one `MemoryDatabase`, as replicas share Postgres: ownership is fenced as the
-Postgres store fences it (tests/integration/test_store_contract.py holds both to
+share one `MemoryDatabase`, as replicas share Postgres: writes are fenced by the
+shard's lease as the Postgres store fences them (tests/integration/test_store_contract.py holds both to
 one contract). Outages are injected: `down` refuses every call, as an unreachable
 Postgres does, and `commit_then_fail` makes writes commit and then fail, as a
 connection lost before the commit's acknowledgement does (a write in doubt).
@@ -12,7 +12,7 @@ connection lost before the commit's acknowledgement does (a write in doubt).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from regroup.reconciler import Group, Record, Topic, replay_all
@@ -24,7 +24,7 @@ from regroup.reconciler.records import (
 )
 
 from .leases import Lease, LeaseRequest, LeaseRound
-from .store import GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable
+from .store import Fence, GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable
 
 
 def _system_wall_ms() -> int:
@@ -37,10 +37,8 @@ class MemoryDatabase:
 
     #: Each group's stored records since it was created.
     log: dict[str, list[Record]] = field(default_factory=dict)
-    #: Each group's owner: (replica id, owner epoch).
-    owners: dict[str, tuple[str, int]] = field(default_factory=dict)
     topics: dict[str, Topic] = field(default_factory=dict)
-    #: The owner epoch sequence (groups and shard leases draw from it, as in Postgres).
+    #: The owner epoch sequence (shard leases draw from it, as in Postgres).
     owner_epochs: int = 0
     #: The database's clock (wall-clock ms): lease expiries are read and written on it.
     clock: Callable[[], int] = _system_wall_ms
@@ -53,7 +51,6 @@ class MemoryDatabase:
 class MemoryStore:
     def __init__(self, replica_id: str = "memory", database: MemoryDatabase | None = None) -> None:
         self.replica_id = replica_id
-        self.owner_epoch = 0
         self.database = database if database is not None else MemoryDatabase()
         #: Transactions committed (as PostgresStore counts them).
         self.commits = 0
@@ -75,34 +72,31 @@ class MemoryStore:
     async def ping(self) -> None:
         self._reach()
 
-    async def claim_ownership(self) -> int:
-        self._reach()
+    def _guard(self, group_id: str, records: Sequence[Record], fence: Fence) -> None:
+        """As PostgresStore: the shard's lease must be this replica's at the fence's
+        owner epoch and live by the database's clock; a lone step write (its
+        one-statement path) also refuses a group that is not stored."""
         db = self.database
-        db.owner_epochs += 1
-        self.owner_epoch = db.owner_epochs
-        for group_id in db.owners:
-            db.owners[group_id] = (self.replica_id, self.owner_epoch)
-        self._committed()
-        return self.owner_epoch
-
-    def _guard(self, group_id: str, records: Sequence[Record]) -> None:
-        """As PostgresStore: a group another replica owns refuses the write; a lone step
-        write (its one-statement path) also refuses a group that is not stored."""
-        owner = self.database.owners.get(group_id)
-        me = (self.replica_id, self.owner_epoch)
+        lease = db.shard_leases.get(fence.shard)
+        where = f"Group {group_id} (shard {fence.shard})"
+        if lease is None:
+            raise NotOwner(f"{where}: nobody holds the shard's lease.")
+        if (lease.owner, lease.owner_epoch) != (self.replica_id, fence.owner_epoch):
+            raise NotOwner(f"{where} is held by {lease.owner} at owner epoch {lease.owner_epoch}.")
+        if lease.expired(db.clock()):
+            raise NotOwner(f"{where}: the lease at owner epoch {fence.owner_epoch} expired.")
         lone_step = len(records) == 1 and type(records[0]) is CurrentAssignmentRecord
-        if (owner is not None and owner != me) or (owner is None and lone_step):
-            holder = "nobody" if owner is None else f"{owner[0]} at owner epoch {owner[1]}"
-            raise NotOwner(f"Group {group_id} is owned by {holder}.")
+        if lone_step and group_id not in db.log:
+            raise NotOwner(f"{where} is not stored.")
 
-    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
+    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite, fence: Fence) -> None:
         if isinstance(records, PreparedWrite):
             raise NotImplementedError("MemoryStore stores records, not prepared rows")
         self._reach()
         stored = [_as_stored(r) for r in records if not isinstance(r, SOFT_RECORDS)]
         if not stored:
             return
-        self._guard(group_id, stored)
+        self._guard(group_id, stored, fence)
         db = self.database
         log = db.log.setdefault(group_id, [])
         for record in stored:
@@ -111,23 +105,22 @@ class MemoryStore:
             log.append(record)
         if len(log) == 1 and isinstance(log[0], GroupTombstone):  # deleted, not created again
             db.log.pop(group_id, None)
-            db.owners.pop(group_id, None)
-        else:
-            db.owners[group_id] = (self.replica_id, self.owner_epoch)
         self._committed()
 
-    async def load_groups(self) -> dict[str, Group]:
+    async def group_ids(self) -> list[str]:
         self._reach()
-        groups = {gid: replay_all(None, gid, log) for gid, log in self.database.log.items()}
+        return list(self.database.log)
+
+    async def load_groups(self, group_ids: Collection[str] | None = None) -> dict[str, Group]:
+        self._reach()
+        logs = self.database.log
+        wanted = logs if group_ids is None else [g for g in group_ids if g in logs]
+        groups = {gid: replay_all(None, gid, logs[gid]) for gid in wanted}
         return {gid: g for gid, g in groups.items() if g is not None}
 
     async def load_group(self, group_id: str) -> Group | None:
         self._reach()
         return replay_all(None, group_id, self.database.log.get(group_id, ()))
-
-    async def group_owner(self, group_id: str) -> tuple[str, int] | None:
-        self._reach()
-        return self.database.owners.get(group_id)
 
     async def load_topics(self) -> list[Topic]:
         self._reach()

@@ -4,6 +4,9 @@
   engine, store, replay, timers), with the stale-group reload after a failed write.
 - `scheduler.Scheduler`: the timers and the offloaded target computations.
 - `topicadmin.TopicAdmin`: topics; connectors are a Connect group's records (below).
+- `leasekeeper.LeaseKeeper`: the shards this replica serves (`shards.ShardTable`),
+  renewed every period; it loads the groups of the shards it acquires and drops
+  those of the shards it loses or releases.
 - `events.log_records`: one structured event per stored change.
 
 `Coordinator` composes them and is what the gRPC servicers call: group operations
@@ -31,7 +34,7 @@ from regroup.reconciler import (
 )
 from regroup.reconciler.client_assignment import install_assignment, prepare_assignment
 from regroup.reconciler.connect import put_connectors
-from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, NotCoordinator
+from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound
 from regroup.reconciler.liveness import renewed_session
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
@@ -47,23 +50,41 @@ from regroup.reconciler.subscription import subscribes_to_any
 
 from .assigner import Assigner
 from .clock import Clock
+from .leasekeeper import LeaseKeeper, LeaseSettings
 from .scheduler import Scheduler
+from .shards import LeaseNotTrusted, ShardTable
 from .store import GroupStore
 from .storewatch import StoreWatch
 from .timers import TimerKey, TimerQueue
 from .topicadmin import TopicAdmin, TopicOutcome
-from .writepath import GroupWriter
+from .writepath import NOT_SERVED, GroupWriter
 
 
 class Coordinator:
     def __init__(
-        self, store: GroupStore, config: GroupConfig, clock: Clock, *, run_timers: bool = True
+        self,
+        store: GroupStore,
+        config: GroupConfig,
+        clock: Clock,
+        *,
+        run_timers: bool = True,
+        leases: LeaseSettings | None = None,
     ) -> None:
         self.log = structlog.get_logger("regroup")
         self.assigner = Assigner(config)
         self.writer = GroupWriter(store, config, clock, TimerQueue(), self.assigner, self.log)
         self.scheduler = Scheduler(self.writer, self.assigner, self.expire_offsets)
         self.topics = TopicAdmin(self.writer, self.refresh_groups)
+        self.keeper = LeaseKeeper(
+            store,
+            self.writer.shards,
+            clock,
+            leases or LeaseSettings(),
+            on_acquired=self._take_shards,
+            on_lost=self._drop_shards,
+            log=self.log,
+        )
+        self.writer.fence_failed = self.writer.shards.owner_unknown = self.keeper.wake.set
         self._run_timers = run_timers
 
     # -- the parts' state, read-only to callers ------------------------------------
@@ -87,6 +108,10 @@ class Coordinator:
     @property
     def groups(self) -> dict[str, Group]:
         return self.writer.groups
+
+    @property
+    def shards(self) -> ShardTable:
+        return self.writer.shards
 
     @property
     def image(self) -> TopicsImage:
@@ -118,26 +143,44 @@ class Coordinator:
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Loads every group and topic, re-arms timers, then serves."""
-        owner_epoch = await self.store.claim_ownership()
-        await self.writer.load()
+        """Loads the topics, takes this replica's share of the shards (loading their
+        groups and arming their timers), then serves."""
+        await self.writer.load_topics()
+        await self.keeper.start(run=self._run_timers)
         groups = self.writer.groups
         self.log.info(
             "coordinator_loaded",
             groups=len(groups),
             members=sum(len(g.members) for g in groups.values()),
             topics=len(self.image.by_id),
-            owner_epoch=owner_epoch,
+            shards=len(self.shards.held),
+            shard_count=self.shards.count,
             replica_id=self.store.replica_id,
         )
-        # Topics may have changed after a group's last write (a crash between
-        # the two): the refresh bumps the groups whose metadata moved.
-        await self.refresh_groups()
         self.scheduler.start(self._run_timers)
 
+    async def release_shards(self) -> None:
+        """Hands every shard over at once (a graceful stop): other replicas take them
+        in their next lease round instead of waiting for the leases to expire."""
+        await self.keeper.stop(release=True)
+
     async def stop(self) -> None:
+        await self.keeper.stop(release=True)
         await self.scheduler.stop()
         await self.assigner.close()
+
+    async def _take_shards(self, shards: Sequence[int]) -> None:
+        loaded = await self.writer.take_shards(shards)
+        self.log.info("shards_loaded", shards=list(shards), groups=len(loaded))
+        # Topics may have changed after a group's last write (a crash between the
+        # two, or a change made while no replica held its shard): the refresh bumps
+        # the groups whose metadata moved.
+        await self.refresh_groups(only=loaded)
+
+    async def _drop_shards(self, shards: Sequence[int]) -> None:
+        dropped = self.writer.drop_shards(shards)
+        if dropped:
+            self.log.info("shards_dropped", shards=list(shards), groups=len(dropped))
 
     # -- timers --------------------------------------------------------------------
 
@@ -179,7 +222,10 @@ class Coordinator:
         self, req: ConsumerGroupHeartbeat, refusal: CoordinatorNotAvailable
     ) -> CoordinatorNotAvailable:
         """The store could not serve a heartbeat: renew the member's session all
-        the same when that is safe (see `liveness`), and say so in the refusal."""
+        the same when that is safe (see `liveness`), and say so in the refusal.
+        Not when the shard's lease is in doubt: another replica may take it over."""
+        if isinstance(refusal, LeaseNotTrusted):
+            return refusal
         in_doubt = self.writer.in_doubt(req.group_id)
         group = self.groups.get(req.group_id)
         ctx = self.writer.context(req.group_id, group, req.group_type, "")
@@ -233,7 +279,7 @@ class Coordinator:
         for group_id in [g.group_id for g in self.groups.values() if g.offsets and not g.members]:
             try:
                 expired += await self.writer.run(group_id, op, cause="offsets_expired")
-            except (CoordinatorNotAvailable, NotCoordinator) as e:
+            except NOT_SERVED as e:
                 self.log.warning("offset_expiration_failed", group_id=group_id, error=str(e))
         if expired:
             self.log.info("offsets_expired", offsets=expired)
@@ -256,18 +302,21 @@ class Coordinator:
 
         await self.writer.run(group_id, op, cause="delete")
 
-    async def refresh_groups(self, topic_names: Collection[str] | None = None) -> None:
+    async def refresh_groups(
+        self, topic_names: Collection[str] | None = None, *, only: Collection[str] | None = None
+    ) -> None:
         """Bumps the epoch of every group whose subscribed topics changed.
 
         With `topic_names`, only groups that subscribe to one of them (by name
         or regex) are looked at: a topic change then costs nothing to the
-        thousands of groups it does not concern.
+        thousands of groups it does not concern. With `only`, only those groups.
         """
 
         def op(group: Group | None, ctx: Context) -> Result[bool]:
             return Result(False) if group is None else refresh_metadata(group, ctx)
 
-        groups = [g for g in self.groups.values() if g.members]
+        candidates = self.groups.values() if only is None else filter(None, map(self.groups.get, only))
+        groups = [g for g in candidates if g.members]
         if topic_names is not None:
             # Connect groups share connectors, not topics.
             groups = [
@@ -276,5 +325,5 @@ class Coordinator:
         for group_id in [g.group_id for g in groups]:
             try:
                 await self.writer.run(group_id, op, cause="metadata_refresh")
-            except (CoordinatorNotAvailable, NotCoordinator) as e:
+            except NOT_SERVED as e:
                 self.log.warning("metadata_refresh_failed", group_id=group_id, error=str(e))

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from regroup.reconciler import Context, Group, Result, on_rebalance_timeout, on_session_timeout
-from regroup.reconciler.errors import CoordinatorNotAvailable, NotCoordinator
 from regroup.reconciler.target_assignment import PendingTarget, install_computed_target, on_assignment_timer
 
 from .assigner import Assigner
 from .timers import TimerKey
-from .writepath import GroupWriter, Operation
+from .writepath import NOT_SERVED, GroupWriter, Operation
 
 #: How long to wait before retrying a timeout whose fencing could not be stored.
 TIMER_RETRY_MS = 1_000
@@ -126,7 +125,7 @@ class Scheduler:
             if key.kind == "assignment":
                 return await self._compute_target(key)
             return await self.writer.run(key.group_id, op, cause=cause)
-        except (CoordinatorNotAvailable, NotCoordinator) as e:
+        except NOT_SERVED as e:
             self.log.warning(
                 "timeout_not_applied",
                 group_id=key.group_id,

@@ -14,7 +14,7 @@ import grpc
 import structlog
 
 from regroup.reconciler import ApiError, ErrorCode, Topic, TopicsImage
-from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidRequest
+from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidRequest, NotCoordinator
 from regroup.reconciler.messages import PrepareAssignment
 from regroup.reconciler.offsets import OffsetToCommit
 from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
@@ -22,6 +22,7 @@ from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
 from . import mapping, paging
+from .forwarding import NOT_COORDINATOR, Forwarder, client_host
 from .runtime import Coordinator
 from .topicadmin import TopicOutcome
 
@@ -56,16 +57,63 @@ def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
     return wrapper
 
 
+def forwardable(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
+    """A group call answered NOT_COORDINATOR here is sent on to the owner, whose
+    answer is returned; the refusal (with the owner's address) when that fails."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Req, context: Ctx) -> Resp:
+        response: Any = await method(self, request, context)
+        if response.error_code != NOT_COORDINATOR:
+            return response  # type: ignore[no-any-return]
+        forwarder: Forwarder | None = self._forwarder
+        address = response.coordinator_address
+        if forwarder is None or not forwarder.may_forward(context, address):
+            return response  # type: ignore[no-any-return]
+        stub = forwarder.coordinator(address) if self.IS_COORDINATOR else forwarder.admin(address)
+        forwarded = await forwarder.call(stub, name, request, context)
+        return response if forwarded is None else forwarded  # type: ignore[no-any-return]
+
+    return wrapper
+
+
 class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
-    def __init__(self, coordinator: Coordinator) -> None:
+    IS_COORDINATOR = True
+
+    def __init__(self, coordinator: Coordinator, forwarder: Forwarder | None = None) -> None:
         self._coordinator = coordinator
+        self._forwarder = forwarder
 
     @internal_errors
+    async def FindCoordinator(
+        self, request: coordinator_pb2.FindCoordinatorRequest, context: Ctx
+    ) -> coordinator_pb2.FindCoordinatorResponse:
+        try:
+            validate_group_id(request.group_id)
+        except ApiError as e:
+            return coordinator_pb2.FindCoordinatorResponse(**_error_fields(e))
+        shards = self._coordinator.shards
+        shard = shards.shard(request.group_id)
+        owner = shards.owners.get(shard)
+        if owner is None or not owner[1]:
+            return coordinator_pb2.FindCoordinatorResponse(
+                shard=shard,
+                **_error_fields(
+                    CoordinatorNotAvailable(
+                        f"No replica holds shard {shard} (group {request.group_id}) right now; retry."
+                    )
+                ),
+            )
+        return coordinator_pb2.FindCoordinatorResponse(address=owner[1], replica_id=owner[0], shard=shard)
+
+    @internal_errors
+    @forwardable
     async def ConsumerGroupHeartbeat(
         self, request: coordinator_pb2.ConsumerGroupHeartbeatRequest, context: Ctx
     ) -> coordinator_pb2.ConsumerGroupHeartbeatResponse:
         # The client's address is only worth reading when it joins.
-        host = mapping.peer_host(context.peer()) if request.member_epoch == 0 else ""
+        host = client_host(context) if request.member_epoch == 0 else ""
         try:
             response = await self._coordinator.consumer_group_heartbeat(
                 mapping.heartbeat_from_pb(request, host)
@@ -77,10 +125,11 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
         return mapping.heartbeat_to_pb(response, self._coordinator.image)
 
     @internal_errors
+    @forwardable
     async def ConnectGroupHeartbeat(
         self, request: coordinator_pb2.ConnectGroupHeartbeatRequest, context: Ctx
     ) -> coordinator_pb2.ConnectGroupHeartbeatResponse:
-        host = mapping.peer_host(context.peer()) if request.member_epoch == 0 else ""
+        host = client_host(context) if request.member_epoch == 0 else ""
         try:
             response = await self._coordinator.consumer_group_heartbeat(
                 mapping.connect_heartbeat_from_pb(request, host)
@@ -92,6 +141,7 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
         return mapping.connect_heartbeat_to_pb(response)
 
     @internal_errors
+    @forwardable
     async def PrepareAssignment(
         self, request: coordinator_pb2.PrepareAssignmentRequest, context: Ctx
     ) -> coordinator_pb2.PrepareAssignmentResponse:
@@ -104,6 +154,7 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
         return mapping.prepare_to_pb(response, self._coordinator.image_for(request.group_id))
 
     @internal_errors
+    @forwardable
     async def InstallAssignment(
         self, request: coordinator_pb2.InstallAssignmentRequest, context: Ctx
     ) -> coordinator_pb2.InstallAssignmentResponse:
@@ -119,6 +170,7 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
         return coordinator_pb2.InstallAssignmentResponse()
 
     @internal_errors
+    @forwardable
     async def OffsetCommit(
         self, request: coordinator_pb2.OffsetCommitRequest, context: Ctx
     ) -> coordinator_pb2.OffsetCommitResponse:
@@ -147,6 +199,7 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
         return response
 
     @internal_errors
+    @forwardable
     async def OffsetFetch(
         self, request: coordinator_pb2.OffsetFetchRequest, context: Ctx
     ) -> coordinator_pb2.OffsetFetchResponse:
@@ -205,7 +258,11 @@ def _topic_ids(topics: Any, image: TopicsImage) -> list[tuple[str, str, Any]]:
 
 
 def _error_fields(e: ApiError) -> dict[str, Any]:
-    return {"error_code": mapping.error_code_pb(e.code), "error_message": e.message}
+    fields = {"error_code": mapping.error_code_pb(e.code), "error_message": e.message}
+    if isinstance(e, NotCoordinator) and e.coordinator_address:
+        # Only group operations refuse so, and every group response has the field.
+        fields["coordinator_address"] = e.coordinator_address
+    return fields
 
 
 def _heartbeat_error_fields(e: ApiError, member_id: str) -> dict[str, Any]:
@@ -219,10 +276,17 @@ def _heartbeat_error_fields(e: ApiError, member_id: str) -> dict[str, Any]:
 
 
 class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
+    IS_COORDINATOR = False
+
     def __init__(
-        self, coordinator: Coordinator, *, max_message_bytes: int = paging.GRPC_DEFAULT_MAX_MESSAGE_BYTES
+        self,
+        coordinator: Coordinator,
+        *,
+        max_message_bytes: int = paging.GRPC_DEFAULT_MAX_MESSAGE_BYTES,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self._coordinator = coordinator
+        self._forwarder = forwarder
         # Listings page before their response would pass the server's message limit.
         self._page_bytes = paging.byte_budget(max_message_bytes)
 
@@ -352,7 +416,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         for group_id in request.group_ids:
             group = coordinator.group(group_id)
             if group is None:
-                error = _group_error(group_id)
+                error = self._group_error(group_id)
                 out.append(
                     admin_pb2.DescribedGroup(
                         group_id=_echo(group_id), group_state="Dead", **_error_fields(error)
@@ -360,7 +424,39 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
                 )
             else:
                 out.append(mapping.group_pb(group, coordinator.image_for(group_id), coordinator.config))
+        await self._forward_groups(out, "DescribeGroups", "groups", admin_pb2.DescribeGroupsRequest, context)
         return admin_pb2.DescribeGroupsResponse(groups=out)
+
+    def _group_error(self, group_id: str) -> ApiError:
+        """Why a group is not described here: not a valid id, not served here, or absent."""
+        error = _group_error(group_id)
+        if isinstance(error, GroupIdNotFound):
+            try:
+                self._coordinator.shards.fence(group_id, self._coordinator.clock.monotonic_ms())
+            except ApiError as e:
+                return e
+        return error
+
+    async def _forward_groups(
+        self, results: list[Any], method: str, field: str, request_type: Any, context: Ctx
+    ) -> None:
+        """Per-group results refused with NOT_COORDINATOR are asked of their owners
+        (one call per owner) and replaced by the owners' answers, in place."""
+        forwarder = self._forwarder
+        if forwarder is None:
+            return
+        by_owner: dict[str, list[int]] = {}
+        for i, result in enumerate(results):
+            if result.error_code == NOT_COORDINATOR and forwarder.may_forward(
+                context, result.coordinator_address
+            ):
+                by_owner.setdefault(result.coordinator_address, []).append(i)
+        for address, indexes in by_owner.items():
+            request = request_type(group_ids=[results[i].group_id for i in indexes])
+            answer = await forwarder.call(forwarder.admin(address), method, request, context)
+            if answer is not None:
+                for i, forwarded in zip(indexes, getattr(answer, field), strict=False):
+                    results[i] = forwarded
 
     @internal_errors
     async def DeleteGroups(
@@ -376,9 +472,11 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
                 results.append(
                     admin_pb2.DeleteGroupsResponse.Result(group_id=_echo(group_id), **_error_fields(e))
                 )
+        await self._forward_groups(results, "DeleteGroups", "results", admin_pb2.DeleteGroupsRequest, context)
         return admin_pb2.DeleteGroupsResponse(results=results)
 
     @internal_errors
+    @forwardable
     async def PutConnectors(
         self, request: admin_pb2.PutConnectorsRequest, context: Ctx
     ) -> admin_pb2.PutConnectorsResponse:

@@ -20,6 +20,7 @@ ON CONFLICT (group_id) DO UPDATE SET
     assignment_epoch = COALESCE($5::int, g.assignment_epoch),
     assignor_state = COALESCE($6::bytea, g.assignor_state),
     assignment_error = COALESCE($7::text, g.assignment_error),
+    owner = $8, owner_epoch = $9,
     updated_at = now()
 """
 
@@ -59,13 +60,16 @@ ON CONFLICT (group_id, member_id) DO UPDATE SET
     assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
 """
 
-#: UPSERT_CURRENT in one statement with the ownership guard ($8 replica id, $9 owner epoch):
-#: the most frequent write (one member's reconciliation step) without a transaction of its
-#: own. The CTE locks the group row FOR SHARE, so a replica claiming the group waits for
-#: the write, and a write from a replica that lost the group inserts nothing ("INSERT 0 0").
+#: UPSERT_CURRENT in one statement with the shard fence ($8 shard, $9 replica id, $10 owner
+#: epoch): the most frequent write (one member's reconciliation step) without a transaction
+#: of its own. The CTE locks the shard's lease FOR SHARE, so a replica taking the shard over
+#: waits for the write, and a write from a replica that lost the shard (or whose lease
+#: expired by the database's clock), or for a group not stored, inserts nothing ("INSERT 0 0").
 GUARDED_UPSERT_CURRENT = """
 WITH owned AS (
-    SELECT 1 FROM groups WHERE group_id = $1 AND owner = $8 AND owner_epoch = $9 FOR SHARE
+    SELECT 1 FROM shard_leases l JOIN groups g ON g.group_id = $1
+    WHERE l.shard = $8 AND l.owner = $9 AND l.owner_epoch = $10 AND l.expires_at > clock_timestamp()
+    FOR SHARE OF l
 )
 INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
                                  assigned, pending_revocation)
@@ -94,14 +98,18 @@ INSERT_CONNECTOR = "INSERT INTO connectors (group_id, name, tasks) VALUES ($1, $
 #: Members, assignments, offsets and connectors go with the group (ON DELETE CASCADE).
 DELETE_GROUP = "DELETE FROM groups WHERE group_id = $1"
 
-# -- ownership ------------------------------------------------------------------
+# -- the shard fence (every write for a group, in its transaction) ---------------
 
-NEXT_OWNER_EPOCH = "SELECT nextval('owner_epochs')"
-#: $1 replica id, $2 owner epoch: this replica takes every group.
-CLAIM_ALL_GROUPS = "UPDATE groups SET owner = $1, owner_epoch = $2"
-#: The owner of a group, its row locked until the transaction ends (the write guard).
-LOCK_GROUP_OWNER = "SELECT owner, owner_epoch FROM groups WHERE group_id = $1 FOR UPDATE"
-GROUP_OWNER = "SELECT owner, owner_epoch FROM groups WHERE group_id = $1"
+#: The lease of a group's shard ($1 shard), locked FOR SHARE until the transaction ends: a
+#: takeover (which updates the row) waits for the write, and the write sees whether this
+#: replica still holds the lease and whether it is live by the database's clock.
+LOCK_SHARD_LEASE = """
+SELECT owner, owner_epoch, expires_at > clock_timestamp() AS live FROM shard_leases WHERE shard = $1
+FOR SHARE
+"""
+SHARD_LEASE = (
+    "SELECT owner, owner_epoch, expires_at > clock_timestamp() AS live FROM shard_leases WHERE shard = $1"
+)
 
 PING = "SELECT 1"
 
@@ -120,13 +128,16 @@ SELECT value FROM proposed UNION ALL SELECT value FROM cluster_settings WHERE ke
 LIMIT 1
 """
 
-# -- loading groups: every group, or one ($1 group id) --------------------------
+# -- loading groups: every group, one ($1 group id), or some ($1 group ids) ------
+
+GROUP_IDS = "SELECT group_id FROM groups"
 
 
-def _loads(table: str, order: str) -> tuple[str, str]:
+def _loads(table: str, order: str) -> tuple[str, str, str]:
     return (
         f"SELECT * FROM {table} ORDER BY {order}",
         f"SELECT * FROM {table} WHERE group_id = $1 ORDER BY {order}",
+        f"SELECT * FROM {table} WHERE group_id = ANY($1::text[]) ORDER BY {order}",
     )
 
 

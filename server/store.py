@@ -1,8 +1,10 @@
 """The Postgres store: loads groups and topics, and appends an operation's records.
 
 Every operation's records are written in one transaction, after a guard that
-checks this replica still owns the group (owner and owner epoch). Records are
-coalesced per row first, so a transaction writes each row at most once.
+checks this replica still holds the lease of the group's shard at the owner
+epoch it was given (the fence), and that the lease is live by the database's
+clock. Records are coalesced per row first, so a transaction writes each row at
+most once.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import base64
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -52,7 +54,17 @@ class StoreUnavailable(Exception):
 
 
 class NotOwner(Exception):
-    """Another replica owns the group now; this one must stop serving it."""
+    """This replica no longer holds the lease of the group's shard at the fence's
+    owner epoch (or the lease expired by the database's clock); nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What a write for a group is fenced by: its shard, and the owner epoch at which
+    this replica holds the shard's lease (a token that only grows)."""
+
+    shard: int
+    owner_epoch: int
 
 
 class StoreConflict(Exception):
@@ -81,16 +93,23 @@ class GroupStore(Protocol):
 
     Writes raise StoreUnavailable (retriable; a commit may or may not have
     happened), StoreConflict (refused for a constraint; nothing committed) or
-    NotOwner (another replica owns the group)."""
+    NotOwner (the fence failed: the shard's lease is not this replica's at that
+    owner epoch, or it expired)."""
 
     replica_id: str
-    owner_epoch: int
 
-    async def claim_ownership(self) -> int: ...
-    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None: ...
-    async def load_groups(self) -> dict[str, Group]: ...
+    async def append(
+        self, group_id: str, records: Sequence[Record] | PreparedWrite, fence: Fence
+    ) -> None: ...
+    async def group_ids(self) -> list[str]:
+        """Every stored group's id (a takeover picks its shards' groups from them)."""
+        ...
+
+    async def load_groups(self, group_ids: Collection[str] | None = None) -> dict[str, Group]:
+        """The groups named (every group with None), rebuilt from their stored rows."""
+        ...
+
     async def load_group(self, group_id: str) -> Group | None: ...
-    async def group_owner(self, group_id: str) -> tuple[str, int] | None: ...
     async def load_topics(self) -> list[Topic]: ...
     async def put_topic(self, topic: Topic) -> None: ...
     async def delete_topic(self, topic_id: str) -> None: ...
@@ -394,7 +413,6 @@ class PostgresStore:
     def __init__(self, pool: asyncpg.Pool, replica_id: str, *, close_timeout_s: float = 10.0) -> None:
         self._pool = pool
         self.replica_id = replica_id or f"regroup-{uuid.uuid4()}"
-        self.owner_epoch = 0
         #: Transactions committed by this store (for tests and benchmarks).
         self.commits = 0
         #: Free connections held out of the pool for the step write, and how many are held
@@ -494,24 +512,17 @@ class PostgresStore:
         except DATABASE_ERRORS as e:
             raise _database_error(e) from e
 
-    # -- ownership -----------------------------------------------------------
+    # -- the shard fence -----------------------------------------------------
 
-    async def claim_ownership(self) -> int:
-        """Draws a new owner epoch and takes every group (single active replica)."""
-        async with self._transaction() as conn:
-            self.owner_epoch = int(await conn.fetchval(sql.NEXT_OWNER_EPOCH))
-            await conn.execute(sql.CLAIM_ALL_GROUPS, self.replica_id, self.owner_epoch)
-        return self.owner_epoch
-
-    async def _append_current_assignment(self, group_id: str, row: tuple[Any, ...]) -> None:
+    async def _append_current_assignment(self, group_id: str, row: tuple[Any, ...], fence: Fence) -> None:
         """The most frequent write (one member's reconciliation step) in one statement.
 
-        One round trip instead of four (begin, guard, upsert, commit): the
-        ownership guard is a CTE that locks the group row FOR SHARE, so a
-        replica claiming the group waits for this write, and a write from a
-        replica that lost the group inserts nothing.
+        One round trip instead of four (begin, guard, upsert, commit): the fence
+        is a CTE that locks the shard's lease FOR SHARE, so a replica taking the
+        shard over waits for this write, and a write from a replica that lost
+        the shard inserts nothing.
         """
-        args = (*row, self.replica_id, self.owner_epoch)
+        args = (*row, fence.shard, self.replica_id, fence.owner_epoch)
         try:
             conn = await self._take_held()
             if conn is None:  # every held connection is busy: an ordinary pooled one
@@ -527,31 +538,34 @@ class PostgresStore:
         except DATABASE_ERRORS as e:
             raise _database_error(e) from e
         if status.endswith(" 0"):
-            owner = await self.group_owner(group_id)
-            raise NotOwner(f"Group {group_id} is owned by {owner[0] if owner else 'nobody'}.")
+            async with self._connection() as conn:
+                lease = await conn.fetchrow(sql.SHARD_LEASE, fence.shard)
+            raise NotOwner(_fence_failed(group_id, fence, self.replica_id, lease, lone_step=True))
         self.commits += 1
 
-    async def _guard(self, conn: Conn, group_id: str) -> None:
-        row = await conn.fetchrow(sql.LOCK_GROUP_OWNER, group_id)
-        if row is not None and (row["owner"], row["owner_epoch"]) != (self.replica_id, self.owner_epoch):
-            raise NotOwner(
-                f"Group {group_id} is owned by {row['owner']} at owner epoch {row['owner_epoch']}."
-            )
+    async def _guard(self, conn: Conn, group_id: str, fence: Fence) -> None:
+        lease = await conn.fetchrow(sql.LOCK_SHARD_LEASE, fence.shard)
+        if (
+            lease is None
+            or (lease["owner"], lease["owner_epoch"]) != (self.replica_id, fence.owner_epoch)
+            or not lease["live"]
+        ):
+            raise NotOwner(_fence_failed(group_id, fence, self.replica_id, lease))
 
     # -- groups ----------------------------------------------------------------
 
-    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite) -> None:
-        """Stores one operation's records in one transaction."""
+    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite, fence: Fence) -> None:
+        """Stores one operation's records in one transaction, fenced by `fence`."""
         write = records if isinstance(records, PreparedWrite) else prepare_write(group_id, records)
         if write.is_empty():
             return  # only soft records: nothing to store
         if write.is_single_current_assignment():
-            await self._append_current_assignment(group_id, write.upserts[0][1][0])
+            await self._append_current_assignment(group_id, write.upserts[0][1][0], fence)
             return
         async with self._transaction() as conn:
-            await self._guard(conn, group_id)
+            await self._guard(conn, group_id, fence)
             if write.group_row is not None:
-                await conn.execute(sql.UPSERT_GROUP, *write.group_row, self.replica_id, self.owner_epoch)
+                await conn.execute(sql.UPSERT_GROUP, *write.group_row, self.replica_id, fence.owner_epoch)
             for table, member_ids in write.deletes:
                 await conn.execute(sql.DELETE_MEMBER_ROWS[table], group_id, member_ids)
             if write.offset_deletes:
@@ -573,29 +587,30 @@ class PostgresStore:
             if write.delete_group:
                 await conn.execute(sql.DELETE_GROUP, group_id)
 
-    async def load_groups(self) -> dict[str, Group]:
-        """Rebuilds every group by replaying its stored rows as records."""
+    async def group_ids(self) -> list[str]:
         async with self._connection() as conn:
-            return await self._load(conn, None)
+            return [row["group_id"] for row in await conn.fetch(sql.GROUP_IDS)]
+
+    async def load_groups(self, group_ids: Collection[str] | None = None) -> dict[str, Group]:
+        """Rebuilds the groups named (every group with None) by replaying their stored rows."""
+        if group_ids is not None and not group_ids:
+            return {}
+        async with self._connection() as conn:
+            return await self._load(conn, None if group_ids is None else list(group_ids))
 
     async def load_group(self, group_id: str) -> Group | None:
         async with self._connection() as conn:
             groups = await self._load(conn, group_id)
         return groups.get(group_id)
 
-    async def group_owner(self, group_id: str) -> tuple[str, int] | None:
-        async with self._connection() as conn:
-            row = await conn.fetchrow(sql.GROUP_OWNER, group_id)
-        return None if row is None else (row["owner"], row["owner_epoch"])
-
     async def ping(self) -> None:
         """One round trip to Postgres; raises StoreUnavailable when it fails."""
         async with self._connection() as conn:
             await conn.fetchval(sql.PING)
 
-    async def _load(self, conn: Conn, group_id: str | None) -> dict[str, Group]:
-        # The statement for every group, or for one.
-        one, args = (1, [group_id]) if group_id is not None else (0, [])
+    async def _load(self, conn: Conn, which: str | list[str] | None) -> dict[str, Group]:
+        # The statement for every group, for one, or for some.
+        one, args = (0, []) if which is None else (1, [which]) if isinstance(which, str) else (2, [which])
         records: dict[str, list[Record]] = {}
         for row in await conn.fetch(sql.LOAD_GROUPS[one], *args):
             records[row["group_id"]] = [
@@ -693,6 +708,20 @@ class PostgresStore:
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         async with self._connection() as conn:
             return list(await conn.fetch(sql, *args))
+
+
+def _fence_failed(
+    group_id: str, fence: Fence, replica_id: str, lease: Any, *, lone_step: bool = False
+) -> str:
+    """Why a fenced write was refused, for NotOwner."""
+    where = f"Group {group_id} (shard {fence.shard})"
+    if lease is None:
+        return f"{where}: nobody holds the shard's lease."
+    if (lease["owner"], lease["owner_epoch"]) != (replica_id, fence.owner_epoch):
+        return f"{where} is held by {lease['owner']} at owner epoch {lease['owner_epoch']}."
+    if not lease["live"]:
+        return f"{where}: the lease at owner epoch {fence.owner_epoch} expired."
+    return f"{where} is not stored." if lone_step else f"{where}: fenced."
 
 
 def _conforms(store: PostgresStore) -> GroupStore:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 TimerKind = Literal["session", "rebalance", "assignment", "offsets"]
@@ -51,6 +52,14 @@ class TimerQueue:
     def cancel_member(self, group_id: str, member_id: str) -> None:
         self.cancel(TimerKey(group_id, member_id, "session"))
         self.cancel(TimerKey(group_id, member_id, "rebalance"))
+
+    def cancel_where(self, predicate: Callable[[TimerKey], bool]) -> int:
+        """Cancels every timer whose key matches (a scan: for rare, wholesale changes
+        such as a shard leaving this replica); returns how many."""
+        keys = [key for key in self._deadlines if predicate(key)]
+        for key in keys:
+            del self._deadlines[key]
+        return len(keys)
 
     def deadline(self, key: TimerKey) -> int | None:
         entry = self._deadlines.get(key)

@@ -1,17 +1,19 @@
 """The write path: serialises operations per group, runs the engine, stores, replays.
 
-For every operation on a group: take the group's lock, run the pure engine
-with the current time and topic image, store the records it returned in one
-transaction, replay them into memory, arm its timers, and only then answer.
-An operation that produced no record writes nothing. Groups run concurrently.
-A write that failed leaves its group stale: reloaded from the store before its
-next use.
+For every operation on a group: check that this replica serves the group's
+shard now (`shards.ShardTable.fence`: held, loaded, lease trusted), take the
+group's lock, run the pure engine with the current time and topic image, store
+the records it returned in one transaction fenced by the shard's owner epoch,
+replay them into memory, arm its timers, and only then answer. An operation
+that produced no record writes nothing. Groups run concurrently. A write that
+failed leaves its group stale: reloaded from the store before its next use.
+The lease keeper adds and removes whole shards (`take_shards`, `drop_shards`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 from regroup.reconciler import (
@@ -32,14 +34,15 @@ from regroup.reconciler import (
     replay_all,
 )
 from regroup.reconciler.connect import connectors_image
-from regroup.reconciler.errors import CoordinatorNotAvailable, NotCoordinator
+from regroup.reconciler.errors import CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator
 from regroup.reconciler.liveness import EVERYONE_IN_DOUBT, NOTHING_IN_DOUBT, WriteInDoubt
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
 
 from .assigner import Assigner
 from .clock import Clock
 from .events import log_records
-from .store import GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
+from .shards import ShardTable
+from .store import Fence, GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
 from .storewatch import StoreWatch
 from .timers import TimerKey, TimerQueue
 
@@ -47,6 +50,10 @@ T = TypeVar("T")
 Operation = Callable[[Group | None, Context], Result[T]]
 #: An operation that awaits part of its work elsewhere (the group stays locked meanwhile).
 AsyncOperation = Callable[[Group | None, Context], Awaitable[Result[T]]]
+
+#: What a group operation refuses with while this replica does not serve the group's
+#: shard (or cannot store); background work logs it and tries again later.
+NOT_SERVED = (CoordinatorNotAvailable, CoordinatorLoadInProgress, NotCoordinator)
 
 #: An operation computed elsewhere with more records than this prepares its rows in a thread.
 PREPARE_INLINE_MAX_RECORDS = 32
@@ -113,15 +120,50 @@ class GroupWriter:
         #: While it says the store is down, requests that need the store are refused at
         #: once instead of waiting on a connection; a failed request makes it check at once.
         self.watch: StoreWatch | None = None
+        #: The shards this replica serves (the lease keeper keeps it).
+        self.shards = ShardTable(store.replica_id)
+        #: Called when the store refused a write's fence: the lease keeper looks at once.
+        self.fence_failed: Callable[[], None] = lambda: None
 
-    async def load(self) -> None:
-        """Loads every topic and group from the store and arms the groups' timers."""
-        self.image = TopicsImage(await self.store.load_topics(), version=1)
+    async def load_topics(self) -> None:
+        """Loads every topic from the store."""
+        self.image = TopicsImage(await self.store.load_topics(), version=self.image.version + 1)
         self._connect_images.clear()
-        self.groups = await self.store.load_groups()
+
+    async def take_shards(self, shards: Collection[int]) -> list[str]:
+        """Loads the groups of shards this replica just acquired and arms their timers
+        from now (a full session for every member, as Kafka does when a coordinator
+        moves); returns their ids. Raises StoreUnavailable (the keeper retries)."""
+        group_ids = self.shards.in_shards(await self.store.group_ids(), set(shards))
+        loaded = await self.store.load_groups(group_ids)
         now = self.clock.monotonic_ms()
-        for group in self.groups.values():
+        for group_id in group_ids:
+            self._forget(group_id)
+        for group_id, group in loaded.items():
+            self.groups[group_id] = group
             self.arm_loaded_timers(group, now)
+        for shard in shards:
+            held = self.shards.held.get(shard)
+            if held is not None:
+                held.loaded = True
+        return list(loaded)
+
+    def drop_shards(self, shards: Collection[int]) -> list[str]:
+        """Forgets the groups of shards this replica no longer serves, with their
+        timers: only a shard's owner fires them. Returns their ids."""
+        wanted = set(shards)
+        dropped = [g for g in self.groups if self.shards.shard(g) in wanted]
+        dropped += [g for g in self._stale if g not in self.groups and self.shards.shard(g) in wanted]
+        for group_id in dropped:
+            self._forget(group_id)
+        self.timers.cancel_where(lambda key: key.group_id != "" and self.shards.shard(key.group_id) in wanted)
+        return dropped
+
+    def _forget(self, group_id: str) -> None:
+        self.groups.pop(group_id, None)
+        self._stale.pop(group_id, None)
+        self._connect_images.pop(group_id, None)
+        self.assigner.forget((group_id,))
 
     def in_doubt(self, group_id: str) -> WriteInDoubt:
         """What the group's failed writes may have changed (nothing when it is current)."""
@@ -178,6 +220,7 @@ class GroupWriter:
         meanwhile, and a large write it returns (a big group's computed target)
         is prepared in a thread.
         """
+        fence = self.shards.fence(group_id, self.clock.monotonic_ms())
         group: Group | None = None
         outcome: Result[T] | Awaitable[Result[T]] | None = None
         op_now_ms = 0
@@ -198,7 +241,7 @@ class GroupWriter:
             async with lock:
                 if outcome is None:
                     return await self._run_locked(group_id, op, cause, new_member_id, group_type)
-                return await self._finish(group_id, group, outcome, cause, op_now_ms)
+                return await self._finish(group_id, group, outcome, cause, op_now_ms, fence)
         finally:
             self._locks.give_back(group_id)
 
@@ -219,9 +262,11 @@ class GroupWriter:
         group_type: str | None = None,
     ) -> T:
         """Runs `op` with the group's lock held."""
+        # Again: the shard may have moved while this waited for the lock.
+        fence = self.shards.fence(group_id, self.clock.monotonic_ms())
         group = await self._current_group(group_id)
         ctx = self.context(group_id, group, group_type, new_member_id)
-        return await self._finish(group_id, group, op(group, ctx), cause, ctx.now_ms)
+        return await self._finish(group_id, group, op(group, ctx), cause, ctx.now_ms, fence)
 
     async def _finish(
         self,
@@ -230,10 +275,13 @@ class GroupWriter:
         outcome: Result[T] | Awaitable[Result[T]],
         cause: str,
         op_now_ms: int,
+        fence: Fence,
     ) -> T:
         """With the group's lock held: awaits `op`'s result if it is computed
         elsewhere, stores its records, replays them onto the group and applies
-        its timers (`op_now_ms`: the operation's time, which they are relative to)."""
+        its timers (`op_now_ms`: the operation's time, which they are relative to).
+        If the shard left this replica meanwhile, the stored answer is given but
+        the group stays out of memory (its new owner loads what was stored)."""
         write: PreparedWrite | None = None
         if isinstance(outcome, Result):
             result = outcome
@@ -242,7 +290,9 @@ class GroupWriter:
             if len(result.records) > PREPARE_INLINE_MAX_RECORDS:
                 write = await asyncio.to_thread(prepare_write, group_id, result.records)
         if result.records:
-            await self._store(group_id, result.records, write)
+            await self._store(group_id, result.records, write, fence)
+            if not self.shards.holds(fence):
+                return result.response
             log_records(self.log, group, group_id, result.records, cause)
             try:
                 replayed = replay_all(group, group_id, result.records)
@@ -260,13 +310,15 @@ class GroupWriter:
         self.apply_timers(group_id, result.timers, op_now_ms)
         return result.response
 
-    async def _store(self, group_id: str, records: Sequence[Record], write: PreparedWrite | None) -> None:
-        """Stores `records` (as `write` when it was prepared already)."""
+    async def _store(
+        self, group_id: str, records: Sequence[Record], write: PreparedWrite | None, fence: Fence
+    ) -> None:
+        """Stores `records` (as `write` when it was prepared already), fenced by `fence`."""
         # A plain try rather than a context manager: this runs for every write, and an
         # async one costs a generator and two more awaits each time.
         self._refuse_if_store_down(group_id)
         try:
-            await self.store.append(group_id, write or records)
+            await self.store.append(group_id, write or records, fence)
         except (StoreUnavailable, NotOwner) as e:
             raise self._write_failed(group_id, e, WriteInDoubt.of(records)) from e
         except StoreConflict as e:
@@ -291,6 +343,7 @@ class GroupWriter:
         self._mark_stale(group_id, in_doubt)
         if isinstance(e, NotOwner):
             self.log.warning("group_ownership_lost", group_id=group_id, error=str(e))
+            self.fence_failed()
             return NotCoordinator(str(e))
         self.log.warning("group_write_failed", group_id=group_id, error=str(e))
         self._store_failed()
@@ -321,12 +374,9 @@ class GroupWriter:
         self._refuse_if_store_down(group_id)
         try:
             group = await self.store.load_group(group_id)
-            owner = await self.store.group_owner(group_id)
         except StoreUnavailable as e:
             self._store_failed()
             raise CoordinatorNotAvailable(str(e)) from e
-        if owner is not None and owner != (self.store.replica_id, self.store.owner_epoch):
-            raise NotCoordinator(f"Group {group_id} is owned by {owner[0]} at owner epoch {owner[1]}.")
         del self._stale[group_id]
         self.assigner.forget((group_id,))  # the worker's copy was read from the old object
         if group is None:

@@ -12,6 +12,7 @@ import pytest
 from regroup.server.app import RegroupServer
 from regroup.server.clock import ManualClock
 from regroup.server.config import Settings
+from tests.support.leases import MANUAL_LEASE_MS
 from tests.support.pg import EmbeddedPostgres
 from tests.support.wire import Stubs
 
@@ -63,6 +64,10 @@ async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
         # Targets are computed on every bump unless a test asks for batching,
         # so that tests can drive rounds of heartbeats without waiting.
         overrides.setdefault("assignment_interval_ms", 0)
+        if clock is not None:
+            # A manual clock moves by minutes at once: see tests/support/leases.py.
+            overrides.setdefault("lease_ms", MANUAL_LEASE_MS)
+            overrides.setdefault("lease_renew_ms", MANUAL_LEASE_MS // 4)
         settings = Settings(listen="127.0.0.1:0", database_url=database, shutdown_grace_s=0.5, **overrides)
         server = RegroupServer(settings, run_timers=run_timers, interceptors=interceptors)
         if clock is not None:

@@ -1,4 +1,4 @@
-"""The Postgres store: one transaction per operation, ownership fencing on every write path."""
+"""The Postgres store: one transaction per operation, the shard fence on every write path."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
 )
 from regroup.server.store import HELD_CONNECTIONS, NotOwner, PostgresStore, StoreUnavailable
+from tests.support.leases import hold_all
 
 pytestmark = pytest.mark.integration
 
@@ -29,12 +30,14 @@ def current(epoch: int) -> CurrentAssignmentRecord:
 async def test_records_round_trip_through_a_reload(database: str) -> None:
     store = await PostgresStore.connect(database, "r1")
     try:
-        await store.claim_ownership()
-        await store.append("g", [GroupMetadataRecord(2, 42, "consumer"), MEMBER, current(1)])
+        fence = await hold_all(store)
+        await store.append("g", [GroupMetadataRecord(2, 42, "consumer"), MEMBER, current(1)], fence("g"))
         await store.append(
-            "g", [TargetAssignmentMemberRecord("m", {"t": frozenset({0, 1})}), TargetAssignmentEpochRecord(2)]
+            "g",
+            [TargetAssignmentMemberRecord("m", {"t": frozenset({0, 1})}), TargetAssignmentEpochRecord(2)],
+            fence("g"),
         )
-        await store.append("g", [current(2)])  # the one-statement path
+        await store.append("g", [current(2)], fence("g"))  # the one-statement path
         group = (await store.load_groups())["g"]
     finally:
         await store.close()
@@ -54,10 +57,10 @@ async def test_a_step_owing_a_revocation_round_trips_through_the_one_statement_p
         "m", MemberState.UNREVOKED_PARTITIONS, 3, 2, {"t": frozenset({0})}, {"t": frozenset({1, 2})}
     )
     try:
-        await store.claim_ownership()
-        await store.append("g", [GroupMetadataRecord(3, 42, "consumer"), MEMBER, current(2)])
+        fence = await hold_all(store)
+        await store.append("g", [GroupMetadataRecord(3, 42, "consumer"), MEMBER, current(2)], fence("g"))
         commits = store.commits
-        await store.append("g", [owing])
+        await store.append("g", [owing], fence("g"))
         assert store.commits == commits + 1
         member = (await store.load_groups())["g"].members["m"]
     finally:
@@ -71,20 +74,22 @@ async def test_a_step_owing_a_revocation_round_trips_through_the_one_statement_p
 
 
 @pytest.mark.parametrize("write", ["single current assignment", "transaction"])
-async def test_a_replica_that_lost_the_group_cannot_write(database: str, write: str) -> None:
+async def test_a_replica_that_lost_the_shard_cannot_write(database: str, write: str) -> None:
     old = await PostgresStore.connect(database, "old")
     new = await PostgresStore.connect(database, "new")
     try:
-        await old.claim_ownership()
-        await old.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)])
-        await new.claim_ownership()
+        old_fence = await hold_all(old, lease_ms=300)
+        await old.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)], old_fence("g"))
+        await asyncio.sleep(0.4)  # the old lease expires by the database's clock
+        new_fence = await hold_all(new)
+        assert new_fence("g").owner_epoch > old_fence("g").owner_epoch
         records = (
             [current(2)] if write == "single current assignment" else [GroupMetadataRecord(2, 0, "consumer")]
         )
         with pytest.raises(NotOwner):
-            await old.append("g", records)
+            await old.append("g", records, old_fence("g"))
         assert (await new.load_groups())["g"].members["m"].member_epoch == 1
-        await new.append("g", records)
+        await new.append("g", records, new_fence("g"))
     finally:
         await old.close()
         await new.close()
@@ -94,9 +99,9 @@ async def test_a_released_connection_is_not_reset_with_another_round_trip(databa
     """A write is one statement: the pool sends nothing after it when the connection goes back."""
     store = await PostgresStore.connect(database, "r1", max_size=1)
     try:
-        await store.claim_ownership()
-        await store.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)])
-        await store.append("g", [current(2)])  # the one-statement path
+        fence = await hold_all(store)
+        await store.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)], fence("g"))
+        await store.append("g", [current(2)], fence("g"))  # the one-statement path
         observer = await asyncpg.connect(database)
         try:
             last = await observer.fetch(
@@ -116,11 +121,11 @@ async def test_a_store_with_one_connection_holds_none_back(database: str) -> Non
     transaction after a step write still gets a connection."""
     store = await PostgresStore.connect(database, "r1", max_size=1)
     try:
-        await store.claim_ownership()
-        await store.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)])
-        await store.append("g", [current(2)])
+        fence = await hold_all(store)
+        await store.append("g", [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)], fence("g"))
+        await store.append("g", [current(2)], fence("g"))
         async with asyncio.timeout(10):
-            await store.append("g", [GroupMetadataRecord(2, 0, "consumer")])
+            await store.append("g", [GroupMetadataRecord(2, 0, "consumer")], fence("g"))
             assert (await store.load_groups())["g"].group_epoch == 2
     finally:
         await store.close()
@@ -129,11 +134,11 @@ async def test_a_store_with_one_connection_holds_none_back(database: str) -> Non
 async def test_step_writes_survive_a_lost_connection_and_run_concurrently(database: str) -> None:
     store = await PostgresStore.connect(database, "r1")
     try:
-        await store.claim_ownership()
+        fence = await hold_all(store)
         for g in ("g0", "g1", "g2", "g3"):
-            await store.append(g, [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)])
+            await store.append(g, [GroupMetadataRecord(1, 0, "consumer"), MEMBER, current(1)], fence(g))
         # More step writes at once than connections are held: the rest use the pool.
-        await asyncio.gather(*(store.append(g, [current(2)]) for g in ("g0", "g1", "g2", "g3")))
+        await asyncio.gather(*(store.append(g, [current(2)], fence(g)) for g in ("g0", "g1", "g2", "g3")))
         assert 0 < len(store._held) <= HELD_CONNECTIONS
 
         # Postgres drops every connection (a restart, an idle timeout): the writes that
@@ -149,7 +154,7 @@ async def test_step_writes_survive_a_lost_connection_and_run_concurrently(databa
         failures = 0
         for epoch in range(3, 13):
             try:
-                await store.append("g0", [current(epoch)])
+                await store.append("g0", [current(epoch)], fence("g0"))
                 break
             except StoreUnavailable:
                 failures += 1

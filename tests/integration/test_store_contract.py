@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -37,7 +37,8 @@ from regroup.reconciler.records import (
 )
 from regroup.server.leases import LeaseRequest
 from regroup.server.memstore import MemoryDatabase, MemoryStore
-from regroup.server.store import GroupStore, NotOwner, PostgresStore, StoreConflict
+from regroup.server.store import Fence, GroupStore, NotOwner, PostgresStore, StoreConflict
+from tests.support.leases import hold_all
 from tests.support.pg import EmbeddedPostgres
 
 pytestmark = pytest.mark.integration
@@ -69,10 +70,22 @@ async def new_store(request: pytest.FixtureRequest, postgres: EmbeddedPostgres) 
         await store.close()
 
 
-async def owner(new_store: NewStore, replica_id: str = "r1") -> GroupStore:
+class Fenced:
+    """A store whose replica holds every shard, writing with their fences."""
+
+    def __init__(self, store: GroupStore, fence: Callable[[str], Fence]) -> None:
+        self.store, self.fence = store, fence
+
+    async def append(self, group_id: str, records: Sequence[Record]) -> None:
+        await self.store.append(group_id, records, self.fence(group_id))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+async def owner(new_store: NewStore, replica_id: str = "r1", lease_ms: int = 60_000) -> Any:
     store: GroupStore = await new_store(replica_id)
-    await store.claim_ownership()
-    return store
+    return Fenced(store, await hold_all(store, lease_ms=lease_ms))
 
 
 def stored_view(group: Group | None) -> Any:
@@ -174,31 +187,48 @@ async def test_a_deleted_group_leaves_nothing(new_store: NewStore) -> None:
     await store.append("g", (*member_removal_records("m1"), *member_removal_records("m2"), GroupTombstone()))
     await store.append("c", (GroupTombstone(),))
     assert await store.load_group("g") is None and await store.load_group("c") is None
-    assert await store.group_owner("g") is None
-    assert await store.load_groups() == {}
+    assert await store.load_groups() == {} and await store.group_ids() == []
     # Created again under the same id: nothing of the old group comes back.
     await store.append("c", (GroupMetadataRecord(0, 0, CONNECT_GROUP_TYPE),))
     again = await store.load_group("c")
     assert again is not None and (again.connectors, again.offsets, again.members) == ({}, {}, {})
 
 
-async def test_ownership_is_fenced(new_store: NewStore) -> None:
-    first = await owner(new_store, "r1")
+async def test_writes_are_fenced_by_the_shards_lease(new_store: NewStore) -> None:
+    first = await owner(new_store, "r1", lease_ms=300)
     await first.append("g", CREATED)
-    assert await first.group_owner("g") == ("r1", first.owner_epoch)
+    await asyncio.sleep(0.4)  # the lease expires by the database's clock
+    step = CurrentAssignmentRecord("m2", MemberState.STABLE, 3, 2, {}, {})
+    # Expired, not yet taken: the old owner's writes are refused already.
+    for records in ((step,), (GroupMetadataRecord(5, 0, "consumer"),)):
+        with pytest.raises(NotOwner, match="expired"):
+            await first.append("g", records)
 
     second = await owner(new_store, "r2")
-    assert second.owner_epoch > first.owner_epoch
-    assert await first.group_owner("g") == ("r2", second.owner_epoch)
-    step = CurrentAssignmentRecord("m2", MemberState.STABLE, 3, 2, {}, {})
+    assert second.fence("g").owner_epoch > first.fence("g").owner_epoch
     for records in ((step,), (GroupMetadataRecord(5, 0, "consumer"),)):
-        with pytest.raises(NotOwner):
+        with pytest.raises(NotOwner, match="held by r2"):
             await first.append("g", records)
     await second.append("g", (step,))
     # A lone step write for a group that is not stored is refused too (Postgres' one-statement write).
     with pytest.raises(NotOwner):
         await second.append("missing", (step,))
     assert await second.load_group("missing") is None
+    # A shard nobody holds refuses every write.
+    await second.lease_round(LeaseRequest("r2", "", 1_000, {}, release=tuple(range(64))))
+    with pytest.raises(NotOwner, match="nobody"):
+        await second.append("g", (step,))
+    assert (await second.load_group("g")).members["m2"].member_epoch == 3  # type: ignore[union-attr]
+
+
+async def test_groups_load_by_id(new_store: NewStore) -> None:
+    store = await owner(new_store)
+    for group_id in ("a", "b", "c"):
+        await store.append(group_id, (GroupMetadataRecord(1, 0, "consumer"),))
+    assert sorted(await store.group_ids()) == ["a", "b", "c"]
+    assert sorted(await store.load_groups(["a", "c", "gone"])) == ["a", "c"]
+    assert await store.load_groups([]) == {}
+    assert sorted(await store.load_groups()) == ["a", "b", "c"]
 
 
 async def test_topics_keep_unique_names(new_store: NewStore) -> None:

@@ -31,6 +31,7 @@ from regroup.server.clock import ManualClock
 from regroup.server.memstore import MemoryStore
 from regroup.server.runtime import Coordinator
 from regroup.server.storewatch import StoreWatch
+from tests.support.leases import MANUAL_LEASES
 
 GROUP = "g"
 TOPIC = "t"
@@ -89,7 +90,7 @@ class OutageMachine(RuleBasedStateMachine):
         self.clock = ManualClock()
         self.store = MemoryStore()
         config = GroupConfig(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=INTERVAL_MS)
-        self.coordinator = Coordinator(self.store, config, self.clock, run_timers=False)
+        self.coordinator = Coordinator(self.store, config, self.clock, run_timers=False, leases=MANUAL_LEASES)
         self.watch = self.coordinator.watch = StoreWatch(self.store.ping, _nothing, interval_s=1.0)
         # A fixed topic id: a drawn one would change set orders between runs of an example.
         self.topic_id = "t-id"

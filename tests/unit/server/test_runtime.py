@@ -20,6 +20,7 @@ from regroup.reconciler.errors import CoordinatorNotAvailable
 from regroup.server.clock import ManualClock
 from regroup.server.memstore import MemoryStore
 from regroup.server.runtime import Coordinator
+from tests.support.leases import MANUAL_LEASES
 
 SESSION_MS = 1_000
 
@@ -27,7 +28,7 @@ SESSION_MS = 1_000
 @pytest.fixture
 async def coordinator() -> AsyncIterator[Coordinator]:
     config = GroupConfig(session_timeout_ms=SESSION_MS, assignment_interval_ms=0)
-    c = Coordinator(MemoryStore(), config, ManualClock(), run_timers=False)
+    c = Coordinator(MemoryStore(), config, ManualClock(), run_timers=False, leases=MANUAL_LEASES)
     await c.start()
     await c.create_topics([("orders", 8, ())])
     yield c
@@ -110,7 +111,7 @@ async def test_a_silent_member_is_fenced_when_its_session_runs_out(coordinator: 
 
 async def test_a_big_groups_target_is_computed_in_the_worker_while_the_group_serves() -> None:
     config = GroupConfig(assignment_interval_ms=0, inline_assignment_max_partitions=4)
-    c = Coordinator(MemoryStore(), config, ManualClock(), run_timers=False)
+    c = Coordinator(MemoryStore(), config, ManualClock(), run_timers=False, leases=MANUAL_LEASES)
     await c.start()
     try:
         await c.create_topics([("orders", 8, ())])

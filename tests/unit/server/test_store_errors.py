@@ -16,7 +16,7 @@ from regroup.reconciler import Topic
 from regroup.reconciler.model import MemberState
 from regroup.reconciler.records import CurrentAssignmentRecord, GroupMetadataRecord
 from regroup.server.leases import LeaseRequest
-from regroup.server.store import GroupStore, PostgresStore, StoreUnavailable
+from regroup.server.store import Fence, GroupStore, PostgresStore, StoreUnavailable
 
 
 def _refusing_dsn() -> str:
@@ -38,14 +38,14 @@ async def unreachable() -> AsyncIterator[PostgresStore]:
 
 TOPIC = Topic(str(uuid.uuid4()), "t", 1)
 STEP = CurrentAssignmentRecord("m", MemberState.STABLE, 2, 1, {}, {})
+FENCE = Fence(0, 1)
 
 #: Every method of the store contract, called as the runtime calls it.
 CALLS: dict[str, Callable[[GroupStore], Awaitable[Any]]] = {
-    "claim_ownership": lambda s: s.claim_ownership(),
-    "append": lambda s: s.append("g", [GroupMetadataRecord(1, 0, "consumer")]),
+    "append": lambda s: s.append("g", [GroupMetadataRecord(1, 0, "consumer")], FENCE),
+    "group_ids": lambda s: s.group_ids(),
     "load_groups": lambda s: s.load_groups(),
     "load_group": lambda s: s.load_group("g"),
-    "group_owner": lambda s: s.group_owner("g"),
     "load_topics": lambda s: s.load_topics(),
     "put_topic": lambda s: s.put_topic(TOPIC),
     "delete_topic": lambda s: s.delete_topic(TOPIC.topic_id),
@@ -71,6 +71,6 @@ async def test_an_unreachable_database_is_store_unavailable(unreachable: Postgre
 async def test_the_one_statement_step_write_maps_its_failures_too(unreachable: PostgresStore) -> None:
     # The most frequent write skips the transaction (and its context manager) on purpose.
     with pytest.raises(StoreUnavailable):
-        await unreachable.append("g", [STEP])
+        await unreachable.append("g", [STEP], FENCE)
     with pytest.raises(StoreUnavailable):
         await unreachable.fetch("SELECT 1")

@@ -49,7 +49,9 @@ class FindCoordinatorResponse(_message.Message):
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     SHARD_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
-    """NONE, INVALID_GROUP_ID, or COORDINATOR_NOT_AVAILABLE (no owner right now)."""
+    """NONE, INVALID_REQUEST (an invalid group id), or COORDINATOR_NOT_AVAILABLE
+    (no replica holds the group's shard right now).
+    """
     error_message: _builtins.str
     address: _builtins.str
     """host:port of the replica that coordinates the group."""

@@ -1,0 +1,129 @@
+"""Several replicas on one database: shards spread over them, any replica answers for
+any group (forwarding, or NOT_COORDINATOR with the owner's address), FindCoordinator,
+and a graceful stop that hands its shards over without a rebalance."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from regroup.v1 import common_pb2, coordinator_pb2
+from tests.integration.conftest import Service, ServiceFactory
+from tests.support.wire import WireMember, converge
+
+pytestmark = pytest.mark.integration
+
+#: Short leases so that a test sees a whole takeover; renewals often, so the spread settles fast.
+FAST = {"lease_ms": 2_000, "lease_renew_ms": 300}
+
+
+async def replicas(start_service: ServiceFactory, n: int, **overrides: Any) -> list[Service]:
+    started = [await start_service(**FAST, **overrides) for _ in range(n)]
+    await spread(started)
+    return started
+
+
+async def spread(services: list[Service], timeout_s: float = 15.0) -> None:
+    """Waits until every shard is served by exactly one of `services`, fairly, and
+    every replica knows which (their next lease rounds tell them)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = [set(s.coordinator.shards.held) for s in services]
+        count = services[0].coordinator.shards.count
+        fair = -(-count // len(services))
+        owners = {
+            shard: s.coordinator.store.replica_id for s, h in zip(services, held, strict=True) for shard in h
+        }
+        settled = len(owners) == count and sum(map(len, held)) == count and all(len(h) <= fair for h in held)
+        if settled and all(
+            {shard: o[0] for shard, o in s.coordinator.shards.owners.items()} == owners for s in services
+        ):
+            return
+        assert time.monotonic() < deadline, f"shards never spread: {[len(h) for h in held]}"
+        await asyncio.sleep(0.05)
+
+
+def owned_by(service: Service, prefix: str = "g") -> str:
+    """A group id whose shard `service` holds."""
+    shards = service.coordinator.shards
+    return next(g for g in (f"{prefix}{i}" for i in range(10_000)) if shards.shard(g) in shards.held)
+
+
+async def test_shards_spread_over_the_replicas(start_service: ServiceFactory) -> None:
+    services = await replicas(start_service, 3)
+    sizes = sorted(len(s.coordinator.shards.held) for s in services)
+    assert sum(sizes) == 64 and sizes[-1] - sizes[0] <= 1 + 64 % 3, sizes
+
+
+async def test_any_replica_answers_for_any_group_by_forwarding(start_service: ServiceFactory) -> None:
+    a = await start_service(**FAST)
+    await a.stubs.create_topic("orders", 4)
+    b = await start_service(**FAST)
+    await spread([a, b])
+    group = owned_by(b)
+    # Members talk to a only; b owns the group.
+    members = [WireMember(a.stubs.coordinator, group, f"m{i}", ["orders"]) for i in range(2)]
+    await converge(a.stubs, group, members)
+    assert a.server._forwarder is not None and a.server._forwarder.forwarded > 0
+    assert a.coordinator.group(group) is None and b.coordinator.group(group) is not None
+    assert sorted(len(m.partitions()) for m in members) == [2, 2]
+    # Described alike through either replica.
+    for service in (a, b):
+        described = await service.stubs.describe(group)
+        assert described.error_code == common_pb2.NONE and len(described.members) == 2
+
+    found = await a.stubs.coordinator.FindCoordinator(coordinator_pb2.FindCoordinatorRequest(group_id=group))
+    assert (found.error_code, found.address) == (common_pb2.NONE, b.server.address)
+    assert found.replica_id == b.coordinator.store.replica_id
+    assert found.shard == b.coordinator.shards.shard(group)
+
+
+async def test_without_forwarding_the_refusal_names_the_owner(start_service: ServiceFactory) -> None:
+    a, b = await replicas(start_service, 2, forward=False)
+    group = owned_by(b)
+    response = await WireMember(a.stubs.coordinator, group, "m", ["orders"]).heartbeat()
+    assert response.error_code == common_pb2.NOT_COORDINATOR
+    assert response.coordinator_address == b.server.address
+    # The address is where the call succeeds.
+    answered = await WireMember(b.stubs.coordinator, group, "m", ["orders"]).heartbeat()
+    assert answered.error_code == common_pb2.NONE
+
+
+async def test_find_coordinator_refuses_an_invalid_group_id(service: Service) -> None:
+    found = await service.stubs.coordinator.FindCoordinator(
+        coordinator_pb2.FindCoordinatorRequest(group_id="")
+    )
+    assert found.error_code == common_pb2.INVALID_REQUEST and "GroupId" in found.error_message
+
+
+async def test_a_graceful_stop_hands_its_groups_over_without_a_rebalance(
+    start_service: ServiceFactory,
+) -> None:
+    a = await start_service(**FAST)
+    await a.stubs.create_topic("orders", 4)
+    b = await start_service(**FAST)
+    await spread([a, b])
+    group = owned_by(a)
+    members = [WireMember(b.stubs.coordinator, group, f"m{i}", ["orders"]) for i in range(2)]
+    await converge(b.stubs, group, members)
+    epochs = [m.epoch for m in members]
+    owned = [m.partitions() for m in members]
+
+    stopped_at = time.monotonic()
+    await a.server.stop()
+    while b.coordinator.shards.shard(
+        group
+    ) not in b.coordinator.shards.held or not b.coordinator.shards.serves(
+        group, b.coordinator.clock.monotonic_ms()
+    ):
+        assert time.monotonic() - stopped_at < 2.0, "b did not take the released shards"
+        await asyncio.sleep(0.01)
+    for member in members:
+        response = await member.heartbeat()
+        assert response.error_code == common_pb2.NONE
+    # Same epochs, same partitions: no rebalance, nobody fenced.
+    assert [m.epoch for m in members] == epochs and [m.partitions() for m in members] == owned
+    assert len(b.coordinator.shards.held) == 64

@@ -1,0 +1,256 @@
+"""The lease keeper with an injected clock: replicas share one in-memory database whose
+clock is the manual clock's wall reading, and each trusts its leases on the manual
+monotonic reading, so a test moves every clock at once and decides every round."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+import structlog
+
+from regroup.reconciler import GroupConfig
+from regroup.reconciler.errors import CoordinatorNotAvailable, NotCoordinator
+from regroup.server.clock import ManualClock
+from regroup.server.leasekeeper import LeaseKeeper, LeaseSettings
+from regroup.server.leases import fair_share
+from regroup.server.memstore import MemoryDatabase, MemoryStore
+from regroup.server.shards import LeaseNotTrusted, ShardTable
+
+SHARDS = 12
+LEASE_MS = 10_000
+SETTINGS = LeaseSettings(shards=SHARDS, lease_ms=LEASE_MS, renew_ms=3_000)
+
+
+class Replica:
+    def __init__(self, name: str, database: MemoryDatabase, clock: ManualClock) -> None:
+        self.store = MemoryStore(name, database)
+        self.table = ShardTable(name)
+        self.acquired: list[int] = []
+        self.lost: list[int] = []
+        self.keeper = LeaseKeeper(
+            self.store,
+            self.table,
+            clock,
+            LeaseSettings(SHARDS, LEASE_MS, 3_000, f"{name}:50051"),
+            on_acquired=self._acquired,
+            on_lost=self._lost,
+            log=structlog.get_logger("test"),
+        )
+
+    async def _acquired(self, shards: Sequence[int]) -> None:
+        self.acquired += shards
+        for shard in shards:
+            self.table.held[shard].loaded = True
+
+    async def _lost(self, shards: Sequence[int]) -> None:
+        self.lost += shards
+
+    def serving(self, now: int) -> set[int]:
+        return {s for s, h in self.table.held.items() if h.loaded and now < h.trusted_until_ms}
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def database(clock: ManualClock) -> MemoryDatabase:
+    return MemoryDatabase(clock=clock.wall_ms)
+
+
+async def settle(replicas: Sequence[Replica], rounds: int = 6) -> None:
+    for _ in range(rounds):
+        for r in replicas:
+            await r.keeper.round()
+
+
+def assert_safe(replicas: Sequence[Replica], clock: ManualClock) -> None:
+    """No shard is served by two replicas, and every served shard's lease is live
+    in the database and held by that replica."""
+    now = clock.monotonic_ms()
+    served: dict[int, str] = {}
+    for r in replicas:
+        for shard in r.serving(now):
+            assert shard not in served, f"shard {shard} served by {served[shard]} and {r.store.replica_id}"
+            served[shard] = r.store.replica_id
+            lease = r.store.database.shard_leases[shard]
+            assert lease.owner == r.store.replica_id and not lease.expired(clock.wall_ms())
+
+
+async def test_one_replica_takes_every_shard_at_start(database: MemoryDatabase, clock: ManualClock) -> None:
+    a = Replica("a", database, clock)
+    await a.keeper.start(run=False)
+    assert a.table.count == SHARDS
+    assert sorted(a.acquired) == list(range(SHARDS))
+    assert a.serving(clock.monotonic_ms()) == set(range(SHARDS))
+    assert a.table.owners[0] == ("a", "a:50051")
+
+
+async def test_shards_spread_fairly_and_a_new_replica_gets_its_share(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    a, b = Replica("a", database, clock), Replica("b", database, clock)
+    await a.keeper.start(run=False)
+    await b.keeper.start(run=False)
+    await settle([a, b])
+    assert len(a.table.held) == len(b.table.held) == SHARDS // 2
+    assert_safe([a, b], clock)
+    lost_before = len(a.lost + b.lost)
+
+    c = Replica("c", database, clock)
+    await c.keeper.start(run=False)
+    for _ in range(4):  # a few renewal periods
+        clock.advance(3_000)
+        await settle([a, b, c], rounds=1)
+        assert_safe([a, b, c], clock)
+    share = fair_share(SHARDS, 3)
+    assert [len(r.table.held) for r in (a, b, c)] == [share] * 3
+    # What a and b released, they dropped before releasing.
+    assert sorted((a.lost + b.lost)[lost_before:]) == sorted(c.acquired)
+
+
+async def test_a_dead_replicas_shards_are_taken_only_after_its_lease_expires(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    a, b = Replica("a", database, clock), Replica("b", database, clock)
+    await a.keeper.start(run=False)
+    await b.keeper.start(run=False)
+    assert b.table.held == {}  # a holds them all, alive
+    # a dies (no release). Its leases run until LEASE_MS after its last round.
+    clock.advance(LEASE_MS - 1)
+    await settle([b], rounds=2)
+    assert b.table.held == {}
+    assert b.table.not_mine("g", 0).code == NotCoordinator.code  # the owner's address is still known
+    clock.advance(1)
+    await settle([b], rounds=3)
+    assert sorted(b.table.held) == list(range(SHARDS))
+    assert all(lease.owner == "b" for lease in database.shard_leases.values())
+
+
+async def test_a_paused_owner_stops_answering_before_its_lease_can_be_taken(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    a, b = Replica("a", database, clock), Replica("b", database, clock)
+    await a.keeper.start(run=False)
+    await b.keeper.start(run=False)
+    await settle([a, b])
+    shard = next(iter(a.table.held))
+    group = next(g for g in (f"g{i}" for i in range(1000)) if a.table.shard(g) == shard)
+    a.table.fence(group, clock.monotonic_ms())  # served
+
+    # a is paused (SIGSTOP) and renews nothing; b keeps renewing and looking.
+    trusted_for = LEASE_MS - SETTINGS.margin_ms
+    for _ in range(trusted_for // 1_000):
+        clock.advance(1_000)
+        await settle([b], rounds=1)
+        assert_safe([a, b], clock)
+    clock.advance(trusted_for % 1_000)
+    # Before the database clock lets anyone take the shard, a refuses to answer for it.
+    with pytest.raises(LeaseNotTrusted):
+        a.table.fence(group, clock.monotonic_ms())
+    assert not database.shard_leases[shard].expired(clock.wall_ms())
+    assert shard not in b.table.held
+
+    clock.advance(SETTINGS.margin_ms)
+    await settle([b], rounds=2)
+    assert shard in b.table.held
+    # a resumes: its next round finds the shards gone and drops them before anything else.
+    await a.keeper.round()
+    assert shard in a.lost and shard not in a.table.held
+    assert_safe([a, b], clock)
+
+
+async def test_a_graceful_stop_releases_at_once(database: MemoryDatabase, clock: ManualClock) -> None:
+    a, b = Replica("a", database, clock), Replica("b", database, clock)
+    await a.keeper.start(run=False)
+    await b.keeper.start(run=False)
+    await a.keeper.stop(release=True)
+    assert a.table.held == {} and sorted(a.lost) == list(range(SHARDS))
+    assert "a" not in {r for r, _ in database.replicas.items() if database.replicas[r][1] > clock.wall_ms()}
+    await settle([b], rounds=2)  # no time passes
+    assert sorted(b.table.held) == list(range(SHARDS))
+
+
+async def test_a_lost_database_lets_trust_run_out_then_renews(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    a = Replica("a", database, clock)
+    await a.keeper.start(run=False)
+    a.store.down = True
+    clock.advance(3_000)
+    await a.keeper.round()
+    assert a.keeper.failed_rounds == 1
+    assert a.serving(clock.monotonic_ms()) == set(range(SHARDS))  # still within the lease
+    clock.advance(LEASE_MS - 3_000 - SETTINGS.margin_ms)
+    assert a.serving(clock.monotonic_ms()) == set()
+    with pytest.raises(CoordinatorNotAvailable):
+        a.table.fence("g", clock.monotonic_ms())
+    # Back before anyone took them (nobody else is alive): renewed at the same epochs.
+    a.store.down = False
+    clock.advance(SETTINGS.margin_ms - 1)
+    epochs = {s: h.owner_epoch for s, h in a.table.held.items()}
+    await a.keeper.round()
+    assert {s: h.owner_epoch for s, h in a.table.held.items()} == epochs
+    assert a.serving(clock.monotonic_ms()) == set(range(SHARDS)) and a.lost == []
+
+
+# -- the runtime: takeover loads groups and restarts their sessions -------------------
+
+
+@pytest.fixture
+async def pair(database: MemoryDatabase, clock: ManualClock) -> AsyncIterator[tuple[Any, Any]]:
+    from regroup.server.runtime import Coordinator
+
+    config = GroupConfig(session_timeout_ms=45_000, assignment_interval_ms=0)
+    settings = LeaseSettings(shards=SHARDS, lease_ms=LEASE_MS, renew_ms=3_000)
+    a = Coordinator(MemoryStore("a", database), config, clock, run_timers=False, leases=settings)
+    b = Coordinator(MemoryStore("b", database), config, clock, run_timers=False, leases=settings)
+    await a.start()
+    await a.create_topics([("orders", 4, ())])
+    await b.start()
+    yield a, b
+    await a.stop()
+    await b.stop()
+
+
+async def test_a_takeover_keeps_members_epochs_and_restarts_their_sessions(pair: tuple[Any, Any]) -> None:
+    from regroup.reconciler import ConsumerGroupHeartbeat
+
+    a, b = pair
+    clock: ManualClock = a.clock
+    joined = await a.consumer_group_heartbeat(
+        ConsumerGroupHeartbeat(
+            "g",
+            "m",
+            0,
+            rebalance_timeout_ms=30_000,
+            subscribed_topic_names=("orders",),
+            owned_topic_partitions=(),
+        )
+    )
+    assert joined.member_epoch == 1
+    with pytest.raises(NotCoordinator) as refused:
+        await b.consumer_group_heartbeat(ConsumerGroupHeartbeat("g", "m", 1))
+    assert refused.value.coordinator_address == a.keeper.settings.address
+
+    # a dies (no release); b takes the shard once a's lease expired, and loads the group.
+    clock.advance(40_000)
+    await b.keeper.round()
+    await b.keeper.round()
+    assert b.group("g") is not None and b.group("g").members["m"].member_epoch == 1
+    # The member's session restarted at the takeover: not expired 40 s after its last heartbeat.
+    for _ in range(10):
+        clock.advance(4_000)
+        await b.keeper.round()  # b renews as its keeper does every period
+        assert await b.expire_due() == []
+    answer = await b.consumer_group_heartbeat(ConsumerGroupHeartbeat("g", "m", 1))
+    assert answer.member_epoch == 1
+    # a wakes: it refuses, then learns in its next round that it lost the shard.
+    with pytest.raises(CoordinatorNotAvailable):
+        await a.consumer_group_heartbeat(ConsumerGroupHeartbeat("g", "m", 1))
+    await a.keeper.round()
+    assert a.group("g") is None
+    assert len(a.timers) == 1  # only the offsets sweep: the group's timers left with it
