@@ -22,6 +22,7 @@ from regroup.server.clock import ManualClock
 from regroup.server.store import PostgresStore, StoreUnavailable
 from regroup.v1 import common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
+from tests.support.leases import hold_all
 from tests.support.ownership import OwnershipRegistry
 from tests.support.pg import StoppablePostgres
 from tests.support.wire import WireMember, assert_disjoint, converge
@@ -323,20 +324,20 @@ async def test_the_store_closes_after_an_outage_killed_its_connections(
     to the pool, which would otherwise wait for them forever when the service stops."""
     store = await PostgresStore.connect(database, "r1", timeout_s=2)
     try:
-        await store.claim_ownership()
+        fence = await hold_all(store)
         for g in ("g0", "g1", "g2"):
-            await store.append(g, [GroupMetadataRecord(1, 0, "consumer"), MEMBER, _step(1)])
-        await asyncio.gather(*(store.append(g, [_step(2)]) for g in ("g0", "g1", "g2")))
+            await store.append(g, [GroupMetadataRecord(1, 0, "consumer"), MEMBER, _step(1)], fence(g))
+        await asyncio.gather(*(store.append(g, [_step(2)], fence(g)) for g in ("g0", "g1", "g2")))
         assert store._held
 
         await asyncio.to_thread(stoppable_postgres.stop_immediately)
         with pytest.raises(StoreUnavailable):
-            await store.append("g0", [_step(3)])
+            await store.append("g0", [_step(3)], fence("g0"))
         await asyncio.to_thread(stoppable_postgres.restart)
         for epoch in range(3, 8):
             with contextlib.suppress(StoreUnavailable):
-                await store.append("g0", [_step(epoch)])
+                await store.append("g0", [_step(epoch)], fence("g0"))
                 break
-        await store.append("g1", [_step(3)])
+        await store.append("g1", [_step(3)], fence("g1"))
     finally:
         await asyncio.wait_for(store.close(), 10)
