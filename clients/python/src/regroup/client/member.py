@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -36,13 +35,14 @@ from regroup.client.errors import (
     error_name,
 )
 from regroup.client.protocols import ConsumerWire, Wire
+from regroup.client.routing import CoordinatorRouter, backoff_s, drive_async, find_async, routed, single
 from regroup.client.types import (
     Assignment,
     RebalanceListener,
     TopicPartition,
     call_listener,
 )
-from regroup.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from regroup.v1 import common_pb2, coordinator_pb2
 
 log = logging.getLogger("regroup.client")
 
@@ -70,6 +70,11 @@ class MemberOptions:
     # last answered heartbeat, so that the member stops working on them before
     # the coordinator can give them to someone else.
     session_safety_margin_ms: int = 1_000
+    # Ask the bootstrap address (the target) which replica coordinates the group
+    # (FindCoordinator) before the first heartbeat, and talk to that one directly.
+    # Off by default: every replica forwards a group's calls to its owner. A server
+    # without FindCoordinator is then talked to at the target, silently.
+    find_coordinator: bool = False
 
 
 class _Flush:
@@ -90,6 +95,13 @@ class GroupMember:
     >>> async with GroupMember("127.0.0.1:50051", listener=MyListener()) as member:
     ...     await member.join("orders", topics=["orders"])
     ...     ...  # process member.assignment().partitions
+
+    `target` is the bootstrap address (or a channel to it). When the service runs as
+    several replicas, the member follows its group's coordinator (NOT_COORDINATOR
+    naming another address, or `MemberOptions.find_coordinator`) on channels that
+    `channel_factory(address)` opens, by default insecure ones with `interceptors`;
+    pass a factory for TLS or channel options. Given a channel and no factory, the
+    member stays on that channel (the service forwards).
     """
 
     _wire: Wire = ConsumerWire
@@ -103,14 +115,21 @@ class GroupMember:
         options: MemberOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+        channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
     ) -> None:
         if isinstance(target, str):
-            self._channel = grpc.aio.insecure_channel(target, interceptors=interceptors)
+            if channel_factory is not None and interceptors:
+                raise ValueError("with channel_factory, add the interceptors to the channels it makes")
+            connect = channel_factory or _insecure(interceptors)
+            self._channel = connect(target)
             self._owns_channel = True
+            self._router = CoordinatorRouter(self._channel, bootstrap_address=target, connect=connect)
         else:
             self._channel = target
             self._owns_channel = False
-        self._stub = coordinator_pb2_grpc.GroupCoordinatorStub(self._channel)
+            self._router = CoordinatorRouter(target, connect=channel_factory)
+        #: Ask FindCoordinator before the next heartbeat (a NOT_COORDINATOR named nobody).
+        self._lookup_wanted = False
         self._listener = listener if listener is not None else RebalanceListener()
         self._options = options or MemberOptions()
         self._clock = clock
@@ -234,6 +253,7 @@ class GroupMember:
         self._reconcile_wanted = asyncio.Event()
         self._lost_done = asyncio.Event()
         self._lost_done.set()
+        self._lookup_wanted = self._options.find_coordinator
         with span("regroup.join", group_id=group_id, member_id=self._member_id):
             delay = await self._join_until_accepted()
         self._joined = True
@@ -268,7 +288,7 @@ class GroupMember:
             for partition, offset, metadata in sorted(entries):
                 topic.partitions.add(partition=partition, offset=offset, metadata=metadata)
         with span("regroup.commit", group_id=self._group_id, partitions=len(offsets)):
-            response = await self._stub.OffsetCommit(request, timeout=self._options.request_timeout_ms / 1000)
+            response = await self._group_call("OffsetCommit", request)
         if response.error_code != common_pb2.NONE:
             raise RegroupError(response.error_code, response.error_message)
         failed = {
@@ -296,7 +316,7 @@ class GroupMember:
                 request.topics.add(topic_id=topic_id, name=name, partitions=sorted(ps))
             if not by_topic:
                 return {}
-        response = await self._stub.OffsetFetch(request, timeout=self._options.request_timeout_ms / 1000)
+        response = await self._group_call("OffsetFetch", request)
         if response.error_code != common_pb2.NONE:
             raise RegroupError(response.error_code, response.error_message)
         return {
@@ -340,8 +360,7 @@ class GroupMember:
                     self._hold(frozenset(), {})
                     await self._leave(permanent)
         finally:
-            if self._owns_channel:
-                await self._channel.close()
+            await self._close_channels()
 
     async def abort(self) -> None:
         """Stops at once, without callbacks and without leaving: what a crash
@@ -355,8 +374,27 @@ class GroupMember:
                 await task
         self._resolve(self._flushes, False)
         self._flushes = []
+        await self._close_channels()
+
+    async def _close_channels(self) -> None:
+        for channel in self._router.take_channels():
+            await channel.close()
         if self._owns_channel:
             await self._channel.close()
+
+    async def _group_call(self, rpc: str, request: Any) -> Any:
+        """A call of the member's group other than the heartbeat, at the group's coordinator:
+        it follows NOT_COORDINATOR and leaves an unreachable followed address, backing off
+        in between, within request_timeout_ms in all. Other answers come back as they are."""
+        options = self._options
+        steps = routed(
+            self._router,
+            single("coordinator", rpc, self._group_id, request),
+            timeout=options.request_timeout_ms / 1000,
+            backoff_ms=options.retry_backoff_ms,
+            backoff_max_ms=options.retry_backoff_max_ms,
+        )
+        return await drive_async(self._router, steps)
 
     async def __aenter__(self) -> GroupMember:
         return self
@@ -396,18 +434,27 @@ class GroupMember:
             if self._failure is not None:
                 return
 
-    async def _heartbeat_once(self) -> float:
-        """Sends one heartbeat and applies its outcome; returns the delay until the next one."""
-        request, fields = self._build_request()
-        flushes, self._flushes = self._flushes, []
-        sent_at = self._clock()
+    def _call_timeout(self) -> float:
+        """How long the next call may take: request_timeout_ms, and never past the session."""
         timeout = self._options.request_timeout_ms / 1000
         if self._epoch > 0 and self._session_timeout_ms:
             # An answer that comes after the session expired would not save the partitions.
-            timeout = max(0.05, min(timeout, self._session_expiry() - sent_at))
+            timeout = max(0.05, min(timeout, self._session_expiry() - self._clock()))
+        return timeout
+
+    async def _heartbeat_once(self) -> float:
+        """Sends one heartbeat and applies its outcome; returns the delay until the next one."""
+        if self._lookup_wanted:
+            self._lookup_wanted = False
+            await find_async(self._router, self._group_id, self._call_timeout())
+        request, fields = self._build_request()
+        flushes, self._flushes = self._flushes, []
+        sent_at = self._clock()
+        timeout = self._call_timeout()
+        endpoint = self._router.route(self._group_id)
         try:
             with span("regroup.heartbeat", group_id=self._group_id, member_epoch=request.member_epoch):
-                response = await getattr(self._stub, self._wire.rpc)(request, timeout=timeout)
+                response = await getattr(endpoint.coordinator, self._wire.rpc)(request, timeout=timeout)
         except grpc.aio.AioRpcError as err:
             if err.code() not in RETRIABLE_STATUSES:
                 self._fail(
@@ -416,6 +463,8 @@ class GroupMember:
                 self._resolve(flushes, False)
                 return 0.0
             log.warning("heartbeat of %s failed (%s), retrying", self._member_id, err.code().name)
+            # A followed coordinator that is gone: the retry goes to the bootstrap address.
+            self._router.unreachable([self._group_id], endpoint, err.code())
             return self._retry_later(flushes)
         code: int = response.error_code
         if code in (common_pb2.NONE, common_pb2.COMPUTE_ASSIGNMENT):
@@ -436,7 +485,11 @@ class GroupMember:
             self._resolve(flushes, False)
             return 0.0
         if code in RETRIABLE_CODES:
+            # Never a fencing: the member keeps its epoch and partitions (a failover keeps them too).
             log.warning("heartbeat of %s refused (%s), retrying", self._member_id, error_name(code))
+            if code == common_pb2.NOT_COORDINATOR:
+                step = self._router.not_coordinator(self._group_id, response.coordinator_address)
+                self._lookup_wanted = step == "find"
             self._note_renewed_session(response, sent_at)
             return self._retry_later(flushes)
         self._fail(RegroupError(code, response.error_message))
@@ -525,10 +578,7 @@ class GroupMember:
         self._send_full = True
         self._flushes = flushes + self._flushes
         self._failures += 1
-        backoff_ms: int = min(
-            self._options.retry_backoff_max_ms, self._options.retry_backoff_ms << min(self._failures - 1, 30)
-        )
-        delay = backoff_ms / 1000 * random.uniform(0.8, 1.2)
+        delay = backoff_s(self._failures, self._options.retry_backoff_ms, self._options.retry_backoff_max_ms)
         if self._epoch <= 0 or not self._session_timeout_ms:
             return delay
         expires_in: float = self._session_expiry() - self._clock()
@@ -598,9 +648,7 @@ class GroupMember:
             request.instance_id = self._instance_id
         with span("regroup.leave", group_id=self._group_id, member_epoch=epoch):
             try:
-                response = await getattr(self._stub, self._wire.rpc)(
-                    request, timeout=self._options.request_timeout_ms / 1000
-                )
+                response = await self._group_call(self._wire.rpc, request)
             except grpc.aio.AioRpcError as err:
                 # The session timeout removes the member anyway.
                 log.warning("leave of %s failed (%s)", self._member_id, err.code().name)
@@ -639,14 +687,13 @@ class GroupMember:
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 
     async def _compute(self) -> None:
-        timeout = self._options.request_timeout_ms / 1000
         try:
             with span("regroup.compute_assignment", group_id=self._group_id):
-                prep = await self._stub.PrepareAssignment(
+                prep = await self._group_call(
+                    "PrepareAssignment",
                     coordinator_pb2.PrepareAssignmentRequest(
                         group_id=self._group_id, member_id=self._member_id, member_epoch=self._epoch
                     ),
-                    timeout=timeout,
                 )
                 if prep.error_code != common_pb2.NONE:
                     log.info(
@@ -675,7 +722,7 @@ class GroupMember:
                 )
                 if not plan.error:
                     self._wire.fill_install(request, plan)
-                installed = await self._stub.InstallAssignment(request, timeout=timeout)
+                installed = await self._group_call("InstallAssignment", request)
             if installed.error_code != common_pb2.NONE:
                 log.warning(
                     "InstallAssignment refused (%s): %s",
@@ -757,6 +804,18 @@ class GroupMember:
 
 class _Unsent:
     pass
+
+
+def _insecure(
+    interceptors: Sequence[grpc.aio.ClientInterceptor] | None,
+) -> Callable[[str], grpc.aio.Channel]:
+    """How a member given an address opens channels: the bootstrap one, and one per
+    coordinator it follows, all alike."""
+
+    def connect(address: str) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(address, interceptors=interceptors)
+
+    return connect
 
 
 _UNSENT = _Unsent()

@@ -68,13 +68,14 @@ class _InWorkerThread:
 
 
 class SyncGroupMember:
-    _member_class: type[GroupMember] = GroupMember
-
     """`with SyncGroupMember(target, listener=...) as member: member.join(...)`.
 
     Every method may be called from any thread; `assignment()` returns an
     immutable snapshot. Listener methods are plain functions run in worker
-    threads, one at a time, in protocol order."""
+    threads, one at a time, in protocol order. `channel_factory` (called on the
+    member's own loop) opens the asyncio channels, as for GroupMember."""
+
+    _member_class: type[GroupMember] = GroupMember
 
     def __init__(
         self,
@@ -84,6 +85,7 @@ class SyncGroupMember:
         member_id: str | None = None,
         options: MemberOptions | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+        channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="regroup-member", daemon=True)
@@ -98,6 +100,7 @@ class SyncGroupMember:
                 member_id=member_id,
                 options=options,
                 interceptors=interceptors,
+                channel_factory=channel_factory,
             )
 
         self._member = self._call(make())
