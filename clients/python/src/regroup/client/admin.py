@@ -2,7 +2,9 @@
 
 The plural calls return the per-item results as the service sends them; the
 singular ones raise RegroupError when the item was refused. The listings
-(`list_groups`, `describe_topics`) follow the service's pages and return them all."""
+(`list_groups`, `describe_topics`) follow the service's pages and return them all.
+Calls about groups go to each group's coordinator: a group answered NOT_COORDINATOR
+is asked again where the answer says (see routing.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ from typing import Any, TypeVar
 import grpc
 
 from regroup.client.errors import RegroupError
-from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from regroup.client.routing import CoordinatorRouter, GroupCall, drive_async, drive_blocking, routed, single
+from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
 T = TypeVar("T")
 Plan = tuple[str, Any, Callable[[Any], T]]
+#: A call about groups, routed to their coordinators, and how to read its response.
+GroupPlan = tuple[GroupCall, Callable[[Any], T]]
 
 CreatedTopic = admin_pb2.CreateTopicsResponse.Result
 TopicDescription = admin_pb2.TopicDescription
@@ -88,36 +93,42 @@ class _Plans:
         return "ListGroups", request, lambda r: list(_check(r).groups)
 
     @staticmethod
-    def describe_groups(group_ids: Iterable[str]) -> Plan[list[DescribedGroup]]:
-        return (
-            "DescribeGroups",
-            admin_pb2.DescribeGroupsRequest(group_ids=list(group_ids)),
-            lambda r: list(r.groups),
-        )
+    def describe_groups(group_ids: Iterable[str]) -> GroupPlan[list[DescribedGroup]]:
+        return _describe(group_ids), lambda r: list(r.groups)
 
     @staticmethod
-    def describe_group(group_id: str) -> Plan[DescribedGroup]:
-        return (
-            "DescribeGroups",
-            admin_pb2.DescribeGroupsRequest(group_ids=[group_id]),
-            lambda r: _only(r.groups),
-        )
+    def describe_group(group_id: str) -> GroupPlan[DescribedGroup]:
+        return _describe([group_id]), lambda r: _only(r.groups)
 
     @staticmethod
-    def delete_groups(group_ids: Iterable[str]) -> Plan[list[admin_pb2.DeleteGroupsResponse.Result]]:
-        return (
-            "DeleteGroups",
-            admin_pb2.DeleteGroupsRequest(group_ids=list(group_ids)),
-            lambda r: list(r.results),
-        )
+    def delete_groups(group_ids: Iterable[str]) -> GroupPlan[list[admin_pb2.DeleteGroupsResponse.Result]]:
+        return _delete(group_ids), lambda r: list(r.results)
 
     @staticmethod
-    def delete_group(group_id: str) -> Plan[None]:
-        return (
-            "DeleteGroups",
-            admin_pb2.DeleteGroupsRequest(group_ids=[group_id]),
-            lambda r: _only(r.results) and None,
-        )
+    def delete_group(group_id: str) -> GroupPlan[None]:
+        return _delete([group_id]), lambda r: _only(r.results) and None
+
+
+def _describe(group_ids: Iterable[str]) -> GroupCall:
+    return GroupCall(
+        "admin",
+        "DescribeGroups",
+        tuple(group_ids),
+        lambda ids: admin_pb2.DescribeGroupsRequest(group_ids=ids),
+        lambda r: r.groups,
+        lambda groups: admin_pb2.DescribeGroupsResponse(groups=groups),
+    )
+
+
+def _delete(group_ids: Iterable[str]) -> GroupCall:
+    return GroupCall(
+        "admin",
+        "DeleteGroups",
+        tuple(group_ids),
+        lambda ids: admin_pb2.DeleteGroupsRequest(group_ids=ids),
+        lambda r: r.results,
+        lambda results: admin_pb2.DeleteGroupsResponse(results=results),
+    )
 
 
 def _next_page(request: Any, response: Any) -> bool:
@@ -132,15 +143,15 @@ def _next_page(request: Any, response: Any) -> bool:
     return True
 
 
-def _put_connectors(group_id: str, connectors: Mapping[str, int]) -> Plan[int]:
+def _put_connectors(group_id: str, connectors: Mapping[str, int]) -> GroupPlan[int]:
     request = admin_pb2.PutConnectorsRequest(
         group_id=group_id,
         connectors=[admin_pb2.ConnectorConfig(name=n, tasks=t) for n, t in connectors.items()],
     )
-    return "PutConnectors", request, lambda r: _check(r).group_epoch
+    return single("admin", "PutConnectors", group_id, request), lambda r: _check(r).group_epoch
 
 
-def _admin_commit(group_id: str, offsets: Mapping[tuple[str, int], int]) -> Plan[None]:
+def _admin_commit(group_id: str, offsets: Mapping[tuple[str, int], int]) -> GroupPlan[None]:
     """An admin commit (no member id, epoch -1): only into an empty group."""
     request = coordinator_pb2.OffsetCommitRequest(group_id=group_id, member_id="", member_epoch=-1)
     by_topic: dict[str, list[tuple[int, int]]] = {}
@@ -158,14 +169,13 @@ def _admin_commit(group_id: str, offsets: Mapping[tuple[str, int], int]) -> Plan
                 if p.error_code != common_pb2.NONE:
                     raise RegroupError(p.error_code, f"{t.name}-{p.partition}: {p.error_message}")
 
-    return "OffsetCommit", request, read
+    return single("coordinator", "OffsetCommit", group_id, request), read
 
 
-def _admin_fetch(group_id: str) -> Plan[dict[tuple[str, int], int]]:
+def _admin_fetch(group_id: str) -> GroupPlan[dict[tuple[str, int], int]]:
     request = coordinator_pb2.OffsetFetchRequest(group_id=group_id, member_id="", member_epoch=-1)
     return (
-        "OffsetFetch",
-        request,
+        single("coordinator", "OffsetFetch", group_id, request),
         lambda r: {
             (t.name, p.partition): p.offset for t in _check(r).topics for p in t.partitions if p.offset >= 0
         },
@@ -173,19 +183,46 @@ def _admin_fetch(group_id: str) -> Plan[dict[tuple[str, int], int]]:
 
 
 class GroupAdmin:
-    """Async admin client: `admin = GroupAdmin("host:50051")`, then `await admin.create_topic("t", 8)`."""
+    """Async admin client: `admin = GroupAdmin("host:50051")`, then `await admin.create_topic("t", 8)`.
 
-    def __init__(self, target: str | grpc.aio.Channel, *, timeout: float = 30.0) -> None:
+    `timeout` bounds each call, including the retries of a group call that follows its
+    coordinator (after `retry_backoff_ms`, doubling up to `retry_backoff_max_ms`);
+    `channel_factory(address)` opens the channels, to the target and to the coordinators
+    followed (default: insecure channels). Given a channel and no factory, every call
+    goes through that channel (the service forwards)."""
+
+    def __init__(
+        self,
+        target: str | grpc.aio.Channel,
+        *,
+        timeout: float = 30.0,
+        channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 5_000,
+    ) -> None:
         self._owns_channel = isinstance(target, str)
-        self._channel = grpc.aio.insecure_channel(target) if isinstance(target, str) else target
-        self._stub = admin_pb2_grpc.GroupAdminStub(self._channel)
-        self._coordinator = coordinator_pb2_grpc.GroupCoordinatorStub(self._channel)
+        if isinstance(target, str):
+            connect = channel_factory or grpc.aio.insecure_channel
+            self._channel = connect(target)
+            self._router = CoordinatorRouter(self._channel, bootstrap_address=target, connect=connect)
+        else:
+            self._channel = target
+            self._router = CoordinatorRouter(target, connect=channel_factory)
+        self._stub = self._router.bootstrap.admin
         self._timeout = timeout
+        self._backoff = (retry_backoff_ms, retry_backoff_max_ms)
 
     async def _do(self, plan: Plan[T]) -> T:
         rpc, request, read = plan
-        stub = self._stub if hasattr(self._stub, rpc) else self._coordinator
-        return read(await getattr(stub, rpc)(request, timeout=self._timeout))
+        return read(await getattr(self._stub, rpc)(request, timeout=self._timeout))
+
+    async def _do_group(self, plan: GroupPlan[T]) -> T:
+        call, read = plan
+        backoff_ms, backoff_max_ms = self._backoff
+        steps = routed(
+            self._router, call, timeout=self._timeout, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms
+        )
+        return read(await drive_async(self._router, steps))
 
     async def _pages(self, plan: Plan[list[T]]) -> list[T]:
         rpc, request, read = plan
@@ -231,30 +268,32 @@ class GroupAdmin:
         return await self._pages(_Plans.list_groups(states, types, page_size))
 
     async def describe_groups(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
-        return await self._do(_Plans.describe_groups(group_ids))
+        return await self._do_group(_Plans.describe_groups(group_ids))
 
     async def describe_group(self, group_id: str) -> DescribedGroup:
-        return await self._do(_Plans.describe_group(group_id))
+        return await self._do_group(_Plans.describe_group(group_id))
 
     async def delete_groups(self, group_ids: Iterable[str]) -> list[admin_pb2.DeleteGroupsResponse.Result]:
-        return await self._do(_Plans.delete_groups(group_ids))
+        return await self._do_group(_Plans.delete_groups(group_ids))
 
     async def delete_group(self, group_id: str) -> None:
-        await self._do(_Plans.delete_group(group_id))
+        await self._do_group(_Plans.delete_group(group_id))
 
     async def put_connectors(self, group_id: str, connectors: Mapping[str, int]) -> int:
         """Sets a Connect group's connectors (name -> task count); returns the group epoch."""
-        return await self._do(_put_connectors(group_id, connectors))
+        return await self._do_group(_put_connectors(group_id, connectors))
 
     async def commit_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
         """Sets offsets of (topic name, partition) as an admin: only while the group has no members."""
-        await self._do(_admin_commit(group_id, offsets))
+        await self._do_group(_admin_commit(group_id, offsets))
 
     async def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         """Every committed offset of the group, by (topic name, partition)."""
-        return await self._do(_admin_fetch(group_id))
+        return await self._do_group(_admin_fetch(group_id))
 
     async def close(self) -> None:
+        for channel in self._router.take_channels():
+            await channel.close()
         if self._owns_channel:
             await self._channel.close()
 
@@ -266,19 +305,41 @@ class GroupAdmin:
 
 
 class SyncGroupAdmin:
-    """The same calls on a blocking channel, for scripts and Spark drivers."""
+    """The same calls on a blocking channel, for scripts and Spark drivers (and the same
+    options: `channel_factory` makes blocking channels)."""
 
-    def __init__(self, target: str | grpc.Channel, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        target: str | grpc.Channel,
+        *,
+        timeout: float = 30.0,
+        channel_factory: Callable[[str], grpc.Channel] | None = None,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 5_000,
+    ) -> None:
         self._owns_channel = isinstance(target, str)
-        self._channel = grpc.insecure_channel(target) if isinstance(target, str) else target
-        self._stub = admin_pb2_grpc.GroupAdminStub(self._channel)
-        self._coordinator = coordinator_pb2_grpc.GroupCoordinatorStub(self._channel)
+        if isinstance(target, str):
+            connect = channel_factory or grpc.insecure_channel
+            self._channel = connect(target)
+            self._router = CoordinatorRouter(self._channel, bootstrap_address=target, connect=connect)
+        else:
+            self._channel = target
+            self._router = CoordinatorRouter(target, connect=channel_factory)
+        self._stub = self._router.bootstrap.admin
         self._timeout = timeout
+        self._backoff = (retry_backoff_ms, retry_backoff_max_ms)
 
     def _do(self, plan: Plan[T]) -> T:
         rpc, request, read = plan
-        stub = self._stub if hasattr(self._stub, rpc) else self._coordinator
-        return read(getattr(stub, rpc)(request, timeout=self._timeout))
+        return read(getattr(self._stub, rpc)(request, timeout=self._timeout))
+
+    def _do_group(self, plan: GroupPlan[T]) -> T:
+        call, read = plan
+        backoff_ms, backoff_max_ms = self._backoff
+        steps = routed(
+            self._router, call, timeout=self._timeout, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms
+        )
+        return read(drive_blocking(self._router, steps))
 
     def _pages(self, plan: Plan[list[T]]) -> list[T]:
         rpc, request, read = plan
@@ -315,27 +376,29 @@ class SyncGroupAdmin:
         return self._pages(_Plans.list_groups(states, types, page_size))
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[DescribedGroup]:
-        return self._do(_Plans.describe_groups(group_ids))
+        return self._do_group(_Plans.describe_groups(group_ids))
 
     def describe_group(self, group_id: str) -> DescribedGroup:
-        return self._do(_Plans.describe_group(group_id))
+        return self._do_group(_Plans.describe_group(group_id))
 
     def delete_groups(self, group_ids: Iterable[str]) -> list[admin_pb2.DeleteGroupsResponse.Result]:
-        return self._do(_Plans.delete_groups(group_ids))
+        return self._do_group(_Plans.delete_groups(group_ids))
 
     def delete_group(self, group_id: str) -> None:
-        self._do(_Plans.delete_group(group_id))
+        self._do_group(_Plans.delete_group(group_id))
 
     def put_connectors(self, group_id: str, connectors: Mapping[str, int]) -> int:
-        return self._do(_put_connectors(group_id, connectors))
+        return self._do_group(_put_connectors(group_id, connectors))
 
     def commit_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
-        self._do(_admin_commit(group_id, offsets))
+        self._do_group(_admin_commit(group_id, offsets))
 
     def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
-        return self._do(_admin_fetch(group_id))
+        return self._do_group(_admin_fetch(group_id))
 
     def close(self) -> None:
+        for channel in self._router.take_channels():
+            channel.close()
         if self._owns_channel:
             self._channel.close()
 
