@@ -371,6 +371,37 @@ async def test_a_killed_owner_sends_the_member_back_to_the_bootstrap_address(clu
     assert cluster.group.rejoins == []
 
 
+async def test_channels_come_from_the_channel_factory(cluster: Cluster) -> None:
+    a = await cluster.start("a")
+    b = await cluster.start("b")
+    cluster.own(b)
+    opened: list[str] = []
+
+    def factory(address: str) -> grpc.aio.Channel:
+        opened.append(address)  # a real one would make a secure channel, or set options
+        return grpc.aio.insecure_channel(address)
+
+    async with GroupMember(a.address, options=FAST, channel_factory=factory) as member:
+        await member.join(GROUP, topics=["t"])
+    assert opened == [a.address, b.address]
+    with pytest.raises(ValueError, match="interceptors"):
+        GroupMember(a.address, channel_factory=factory, interceptors=[object()])  # type: ignore[list-item]
+
+
+async def test_a_member_given_a_channel_and_no_factory_stays_on_it(cluster: Cluster) -> None:
+    a = await cluster.start("a")
+    b = await cluster.start("b")
+    cluster.own(b)
+    async with grpc.aio.insecure_channel(a.address) as channel:
+        member = GroupMember(channel, options=FAST)
+        join = asyncio.create_task(member.join(GROUP, topics=["t"]))
+        await eventually(lambda: len(heartbeats(a)) >= 2)  # retried there
+        a.forwards = True  # as a real replica does by default
+        await join
+        await member.close()
+    assert b.calls == []
+
+
 async def test_commit_follows_a_moved_group(cluster: Cluster) -> None:
     a = await cluster.start("a")
     b = await cluster.start("b")
