@@ -446,7 +446,8 @@ class GroupMember:
         """Sends one heartbeat and applies its outcome; returns the delay until the next one."""
         if self._lookup_wanted:
             self._lookup_wanted = False
-            await find_async(self._router, self._group_id, self._call_timeout())
+            # Half the time at most, so that the heartbeat keeps time for its own answer.
+            await find_async(self._router, self._group_id, self._call_timeout() / 2)
         request, fields = self._build_request()
         flushes, self._flushes = self._flushes, []
         sent_at = self._clock()
@@ -806,6 +807,9 @@ class _Unsent:
     pass
 
 
+_UNSENT = _Unsent()
+
+
 def _insecure(
     interceptors: Sequence[grpc.aio.ClientInterceptor] | None,
 ) -> Callable[[str], grpc.aio.Channel]:
@@ -816,9 +820,6 @@ def _insecure(
         return grpc.aio.insecure_channel(address, interceptors=interceptors)
 
     return connect
-
-
-_UNSENT = _Unsent()
 
 
 def _set_field(request: Request, name: str, value: object) -> None:
