@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -37,43 +38,72 @@ def test_rendered_manifests_are_valid_kubernetes_objects(helm: str) -> None:
     validate = Path(sys.executable).parent / "kubernetes-validate"
     result = run(str(validate), "--strict", "--quiet", "-", stdin=rendered.stdout)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "kind: Deployment" in rendered.stdout and "type: Recreate" in rendered.stdout
+    assert "kind: Deployment" in rendered.stdout and "type: RollingUpdate" in rendered.stdout
     assert "helm.sh/hook: pre-install,pre-upgrade" in rendered.stdout  # migrations run before rollout
 
 
-def test_schema_requires_a_database_and_a_single_replica(helm: str) -> None:
+def test_schema_requires_a_database_and_at_least_one_replica(helm: str) -> None:
     missing = run(helm, "template", "rg", str(CHART))
     assert missing.returncode != 0
-    two = run(helm, "template", "rg", str(CHART), "--set", "database.url=x", "--set", "replicaCount=2")
-    assert two.returncode != 0
-    assert "replicaCount" in two.stderr
+    none = run(helm, "template", "rg", str(CHART), "--set", "database.url=x", "--set", "replicaCount=0")
+    assert none.returncode != 0
+    assert "replicaCount" in none.stderr
+    five = run(helm, "template", "rg", str(CHART), "--set", "database.url=x", "--set", "replicaCount=5")
+    assert five.returncode == 0, five.stderr
+
+
+#: Rendered variables that are not settings: POD_IP only feeds REGROUP_ADVERTISED_ADDRESS.
+HELPER_VARIABLES = frozenset({"POD_IP"})
+
+# issue 20: read by server/config.py once the lease keeper lands
+PENDING_SERVER_SETTINGS = frozenset(
+    {
+        "REGROUP_ADVERTISED_ADDRESS",
+        "REGROUP_SHARDS",
+        "REGROUP_LEASE_MS",
+        "REGROUP_LEASE_RENEW_MS",
+        "REGROUP_FORWARD",
+    }
+)
+
+#: What Kubernetes puts in a fieldRef variable, for the test to expand $(NAME) as it would.
+FIELD_SAMPLES = {"metadata.name": "rg-regroup-7d9f8c6b5-x2x4q", "status.podIP": "10.1.2.3"}
+
+
+def container_env(container: dict[str, Any]) -> dict[str, str]:
+    """A container's environment as the server sees it: fieldRefs filled with samples and
+    $(NAME) references expanded as Kubernetes does; secrets and others left out."""
+    env: dict[str, str] = {}
+    for entry in container["env"]:
+        if "value" in entry:
+            value = re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), str(entry["value"]))
+        elif "fieldRef" in entry.get("valueFrom", {}):
+            value = FIELD_SAMPLES[entry["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            continue
+        env[entry["name"]] = value
+    return env
 
 
 def test_rendered_environment_is_read_by_the_server(helm: str) -> None:
-    """Every REGROUP_* value the chart renders parses as the server's configuration
-    (Helm turns large integers into floats such as 4.194304e+06 unless told not to)."""
-    import yaml
-
+    """Every variable the chart renders is one the server reads, and its value parses as
+    the server's configuration (Helm turns large integers into floats such as 4.194304e+06
+    unless told not to)."""
+    from regroup.server import config
     from regroup.server.config import load_settings
 
-    rendered = run(
-        helm,
-        "template",
-        "rg",
-        str(CHART),
-        "--set",
-        "database.url=postgresql://db/regroup",
-        "--set",
-        "config.maxGroupSize=5000",
-    )
-    assert rendered.returncode == 0, rendered.stderr
-    deployment = next(d for d in yaml.safe_load_all(rendered.stdout) if d and d.get("kind") == "Deployment")
-    env = {
-        e["name"]: e["value"]
-        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
-        if "value" in e and e["name"].startswith("REGROUP_")
-    }
+    docs = render(helm, DB, "config.maxGroupSize=5000")
+    read = set(config._ENV.values())
+    stale = PENDING_SERVER_SETTINGS & read
+    assert not stale, f"server/config.py reads {sorted(stale)} now: remove them from PENDING_SERVER_SETTINGS"
+    for owner, template in pods(docs).items():
+        names = {e["name"] for e in template["spec"]["containers"][0]["env"]}
+        unread = names - read - HELPER_VARIABLES - PENDING_SERVER_SETTINGS
+        assert not unread, f"{owner} sets {sorted(unread)}, which server/config.py does not read"
+
+    env = container_env(pods(docs)["Deployment"]["spec"]["containers"][0])
     assert "e+" not in "".join(env.values()), env
+    assert env["REGROUP_ADVERTISED_ADDRESS"] == "10.1.2.3:50051"
     settings = load_settings(env)
     assert settings.max_message_bytes == 4_194_304
     assert settings.max_group_size == 5000
@@ -81,6 +111,7 @@ def test_rendered_environment_is_read_by_the_server(helm: str) -> None:
     assert settings.assignment_interval_ms == 1000
     assert settings.accept_depth == 8
     assert (settings.store_check_ms, settings.store_timeout_ms) == (1000, 10_000)
+    assert settings.replica_id == FIELD_SAMPLES["metadata.name"]
 
 
 def test_probes_read_the_process_name_unless_readiness_follows_the_store(helm: str) -> None:
@@ -250,7 +281,7 @@ def test_the_database_secret_is_a_release_resource_and_the_migration_job_still_r
 
 def test_the_service_never_routes_to_the_migration_job(helm: str) -> None:
     docs = render(helm, DB)
-    service = one(docs, "Service")["spec"]["selector"]
+    service = one(docs, "Service", "rg-regroup")["spec"]["selector"]
     deployment = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
     templates = pods(docs)
     server_labels, job_labels = (
@@ -353,16 +384,26 @@ def test_extra_env_reaches_the_server_and_the_migration_job(helm: str) -> None:
 def test_name_overrides(helm: str) -> None:
     docs = render(helm, DB, "nameOverride=coordinator")
     assert one(docs, "Deployment")["metadata"]["name"] == "rg-coordinator"
-    assert one(docs, "Service")["spec"]["selector"]["app.kubernetes.io/name"] == "coordinator"
+    assert (
+        one(docs, "Service", "rg-coordinator")["spec"]["selector"]["app.kubernetes.io/name"] == "coordinator"
+    )
+    assert one(docs, "Service", "rg-coordinator-headless")
     assert one(docs, "Job")["metadata"]["name"] == "rg-coordinator-migrate"
 
     docs = render(helm, DB, "fullnameOverride=groups")
-    assert {d["metadata"]["name"] for d in docs if d["kind"] in ("Deployment", "Service")} == {"groups"}
+    assert {d["metadata"]["name"] for d in docs if d["kind"] in ("Deployment", "Service")} == {
+        "groups",
+        "groups-headless",
+    }
     assert one(docs, "Secret", "groups-database") and one(docs, "Job")["metadata"]["name"] == "groups-migrate"
 
     long = render(helm, DB, "fullnameOverride=" + "x" * 63)
     job = one(long, "Job")["metadata"]["name"]
     assert len(job) <= 63 and job.endswith("-migrate")  # it becomes the job-name label of its pods
+    (headless,) = [
+        d["metadata"]["name"] for d in long if d["kind"] == "Service" and d["metadata"]["name"] != "x" * 63
+    ]
+    assert len(headless) <= 63 and headless.endswith("-headless")  # a Service name is a DNS label
 
 
 def test_a_missing_database_is_a_clear_error(helm: str) -> None:
@@ -400,3 +441,225 @@ def test_every_variant_renders_valid_kubernetes_objects(helm: str, sets: tuple[s
     assert result.returncode == 0, result.stdout + result.stderr
     lint = run(helm, "lint", "--strict", str(CHART), *[a for s in sets for a in ("--set", s)])
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+# --- Many replicas (issue 20) -------------------------------------------------------------------
+
+
+def server_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(pods(docs)["Deployment"]["spec"])
+
+
+def test_three_replicas_by_default(helm: str) -> None:
+    assert one(render(helm, DB), "Deployment")["spec"]["replicas"] == 3
+    assert one(render(helm, DB, "replicaCount=1"), "Deployment")["spec"]["replicas"] == 1
+
+
+def test_a_headless_service_reaches_every_replica(helm: str) -> None:
+    docs = render(helm, DB)
+    client = one(docs, "Service", "rg-regroup")
+    headless = one(docs, "Service", "rg-regroup-headless")
+    assert headless["spec"]["clusterIP"] == "None"
+    # A starting or stopping replica must still be reachable by the replicas forwarding to it.
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+    assert headless["spec"]["selector"] == client["spec"]["selector"]
+    assert selects(headless["spec"]["selector"], pods(docs)["Deployment"]["metadata"]["labels"])
+    assert not selects(headless["spec"]["selector"], pods(docs)["Job"]["metadata"]["labels"])
+    (port,) = headless["spec"]["ports"]
+    assert (port["port"], port["targetPort"]) == (50051, "grpc")
+    assert client["spec"].get("clusterIP") != "None"
+    assert not client["spec"].get("publishNotReadyAddresses")
+
+    moved = render(helm, DB, "service.port=6000")
+    assert one(moved, "Service", "rg-regroup-headless")["spec"]["ports"][0]["port"] == 6000
+
+
+def test_a_disruption_budget_bounds_evictions(helm: str) -> None:
+    docs = render(helm, DB)
+    budget = one(docs, "PodDisruptionBudget")
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert "minAvailable" not in budget["spec"]
+    selector = budget["spec"]["selector"]["matchLabels"]
+    assert selects(selector, pods(docs)["Deployment"]["metadata"]["labels"])
+    assert not selects(selector, pods(docs)["Job"]["metadata"]["labels"])
+
+    assert one(render(helm, DB, "podDisruptionBudget.maxUnavailable=2"), "PodDisruptionBudget")["spec"] == {
+        **budget["spec"],
+        "maxUnavailable": 2,
+    }
+    percent = one(render(helm, DB, "podDisruptionBudget.maxUnavailable=50%"), "PodDisruptionBudget")
+    assert percent["spec"]["maxUnavailable"] == "50%"
+    assert not [
+        d for d in render(helm, DB, "podDisruptionBudget.enabled=false") if d["kind"] == "PodDisruptionBudget"
+    ]
+    assert "podDisruptionBudget.maxUnavailable" in render_error(
+        helm, DB, "podDisruptionBudget.maxUnavailable=a"
+    )
+
+
+def test_updates_roll_one_new_replica_at_a_time(helm: str) -> None:
+    strategy = one(render(helm, DB), "Deployment")["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    recreate = one(render(helm, DB, "updateStrategy.type=Recreate"), "Deployment")["spec"]["strategy"]
+    assert recreate == {"type": "Recreate"}  # a Recreate strategy refuses rollingUpdate
+
+
+def test_each_replica_is_named_after_its_pod_and_advertises_its_pod_ip(helm: str) -> None:
+    def env(*sets: str) -> dict[str, dict[str, Any]]:
+        return {e["name"]: e for e in server_pod(render(helm, DB, *sets))["containers"][0]["env"]}
+
+    rendered = env()
+    assert rendered["REGROUP_REPLICA_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert rendered["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert rendered["REGROUP_ADVERTISED_ADDRESS"]["value"] == "$(POD_IP):50051"
+    names = list(rendered)  # Kubernetes expands $(POD_IP) only from variables defined before it
+    assert names.index("POD_IP") < names.index("REGROUP_ADVERTISED_ADDRESS")
+    assert env("service.port=6000")["REGROUP_ADVERTISED_ADDRESS"]["value"] == "$(POD_IP):6000"
+    # The migration Job is no replica.
+    job = {e["name"] for e in pods(render(helm, DB))["Job"]["spec"]["containers"][0]["env"]}
+    assert not {"REGROUP_REPLICA_ID", "REGROUP_ADVERTISED_ADDRESS", "REGROUP_LEASE_MS"} & job
+
+
+def test_lease_settings_reach_the_server(helm: str) -> None:
+    def env(*sets: str) -> dict[str, str]:
+        return container_env(server_pod(render(helm, DB, *sets))["containers"][0])
+
+    defaults = env()
+    assert {k: defaults[k] for k in PENDING_SERVER_SETTINGS - {"REGROUP_ADVERTISED_ADDRESS"}} == {
+        "REGROUP_SHARDS": "64",
+        "REGROUP_LEASE_MS": "10000",
+        "REGROUP_LEASE_RENEW_MS": "3000",
+        "REGROUP_FORWARD": "true",
+    }
+    changed = env(
+        "config.shards=4096", "config.leaseMs=30000000", "config.leaseRenewMs=1000", "config.forward=false"
+    )
+    assert changed["REGROUP_SHARDS"] == "4096"
+    assert changed["REGROUP_LEASE_MS"] == "30000000"  # not 3e+07
+    assert (changed["REGROUP_LEASE_RENEW_MS"], changed["REGROUP_FORWARD"]) == ("1000", "false")
+    # The migration Job proposes the same shard count, should it be the first to use the database.
+    job = container_env(pods(render(helm, DB, "config.shards=128"))["Job"]["spec"]["containers"][0])
+    assert job["REGROUP_SHARDS"] == "128"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("config.leaseMs=10", "config.leaseMs"),
+        ("config.leaseRenewMs=10", "config.leaseRenewMs"),
+        ("config.shards=0", "config.shards"),
+        ("config.shards=4097", "config.shards"),
+        ("config.leaseMs=1.5", "config.leaseMs"),
+        ("config.forward=yes", "config.forward"),
+        ("config.leaseRenewMs=10000", "leaseRenewMs (10000) must be smaller than leaseMs (10000)"),
+    ],
+)
+def test_bad_lease_settings_are_refused(helm: str, setting: str, message: str) -> None:
+    assert message in render_error(helm, DB, setting)
+
+
+def test_termination_grace_covers_the_drain_and_the_handover(helm: str) -> None:
+    """Killed before its shards are handed over, a replica's groups wait for their leases."""
+
+    def grace(**config: float) -> int:
+        values = {"database": {"url": "postgresql://db/regroup"}, "config": config}
+        return int(server_pod(render(helm, values=values))["terminationGracePeriodSeconds"])
+
+    # Drain (5 s), then handing the shards over and closing the store, each up to 10 s.
+    assert grace() >= 5 + 2 * 10
+    assert grace(shutdownGraceSeconds=60) >= 60 + 2 * 10
+    assert grace(shutdownGraceSeconds=2.5, storeTimeoutMs=1500) >= 2.5 + 2 * 1.5
+
+
+def test_replicas_spread_over_nodes_and_zones_softly_by_default(helm: str) -> None:
+    docs = render(helm, DB)
+    labels = pods(docs)["Deployment"]["metadata"]["labels"]
+    spec = server_pod(docs)
+    (preferred,) = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["podAntiAffinity"]
+    assert preferred["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert selects(preferred["podAffinityTerm"]["labelSelector"]["matchLabels"], labels)
+    (zone,) = spec["topologySpreadConstraints"]
+    assert zone["topologyKey"] == "topology.kubernetes.io/zone"
+    assert zone["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert selects(zone["labelSelector"]["matchLabels"], labels)
+    assert not selects(zone["labelSelector"]["matchLabels"], pods(docs)["Job"]["metadata"]["labels"])
+    # The migration Job's pod is no replica: it is not spread.
+    job = pods(docs)["Job"]["spec"]
+    assert "affinity" not in job and "topologySpreadConstraints" not in job
+
+
+def test_the_spread_can_be_hardened_replaced_or_turned_off(helm: str) -> None:
+    hard = server_pod(render(helm, DB, "podAntiAffinity=hard", "zoneSpread=DoNotSchedule"))
+    (required,) = hard["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required["topologyKey"] == "kubernetes.io/hostname"
+    assert hard["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "DoNotSchedule"
+
+    off = server_pod(render(helm, DB, "podAntiAffinity=none", "zoneSpread=none"))
+    assert "affinity" not in off and "topologySpreadConstraints" not in off
+
+    node_affinity = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]
+        }
+    }
+    own_anti_affinity = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "rack", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "regroup"}}}
+        ]
+    }
+    custom_spread = [
+        {"maxSkew": 2, "topologyKey": "rack", "whenUnsatisfiable": "DoNotSchedule"},
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"tier": "coordinators"}},
+        },
+    ]
+    # affinity adds to the chart's anti-affinity, and replaces it when it has its own.
+    added = render(
+        helm,
+        values={"database": {"url": "postgresql://db/regroup"}, "affinity": {"nodeAffinity": node_affinity}},
+    )
+    assert server_pod(added)["affinity"]["nodeAffinity"] == node_affinity
+    assert (
+        "preferredDuringSchedulingIgnoredDuringExecution" in server_pod(added)["affinity"]["podAntiAffinity"]
+    )
+    assert pods(added)["Job"]["spec"]["affinity"] == {"nodeAffinity": node_affinity}
+    replaced = server_pod(
+        render(
+            helm,
+            values={
+                "database": {"url": "postgresql://db/regroup"},
+                "affinity": {"podAntiAffinity": own_anti_affinity},
+                "topologySpreadConstraints": custom_spread,
+            },
+        )
+    )
+    assert replaced["affinity"] == {"podAntiAffinity": own_anti_affinity}
+    rack, host = replaced["topologySpreadConstraints"]
+    # A constraint without a labelSelector gets the server pods'; one with its own keeps it.
+    assert rack["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "server"
+    assert {k: rack[k] for k in custom_spread[0]} == custom_spread[0]
+    assert host == custom_spread[1]
+
+    assert "podAntiAffinity" in render_error(helm, DB, "podAntiAffinity=maybe")
+    assert "zoneSpread" in render_error(helm, DB, "zoneSpread=Sometimes")
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ("podAntiAffinity=hard", "zoneSpread=DoNotSchedule", "podDisruptionBudget.maxUnavailable=34%"),
+        ("podAntiAffinity=none", "zoneSpread=none", "podDisruptionBudget.enabled=false"),
+        ("updateStrategy.type=Recreate", "replicaCount=1", "config.forward=false"),
+    ],
+)
+def test_replica_variants_render_valid_kubernetes_objects(helm: str, sets: tuple[str, ...]) -> None:
+    rendered = run(helm, "template", "rg", str(CHART), "--set", DB, *[a for s in sets for a in ("--set", s)])
+    assert rendered.returncode == 0, rendered.stderr
+    validate = Path(sys.executable).parent / "kubernetes-validate"
+    result = run(str(validate), "--strict", "--quiet", "-", stdin=rendered.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -16,6 +16,11 @@
 {{- printf "%s-migrate" (include "regroup.fullname" . | trunc 55 | trimSuffix "-") -}}
 {{- end -}}
 
+{{/* The headless Service's name: a Service name is a DNS label, at most 63 characters. */}}
+{{- define "regroup.headlessName" -}}
+{{- printf "%s-headless" (include "regroup.fullname" . | trunc 54 | trimSuffix "-") -}}
+{{- end -}}
+
 {{/*
 Labels. Called with (dict "ctx" $ "component" "server"|"migrate"): the server and the
 migration Job differ by app.kubernetes.io/component, which the Service and the
@@ -125,6 +130,9 @@ changing one, restart the pods (kubectl rollout restart).
 {{- if not (or .Values.database.url .Values.database.existingSecret) -}}
 {{- fail "database: set database.url (a postgresql:// DSN; the chart stores it in a Secret) or database.existingSecret (the name of your Secret holding the DSN under database.existingSecretKey)." -}}
 {{- end -}}
+{{- if ge (int64 .Values.config.leaseRenewMs) (int64 .Values.config.leaseMs) -}}
+{{- fail (printf "config: leaseRenewMs (%d) must be smaller than leaseMs (%d): a replica renews its leases several times before they run out." (int64 .Values.config.leaseRenewMs) (int64 .Values.config.leaseMs)) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The environment shared by the server and the migration job (DATABASE_URL comes apart: their Secrets differ). */}}
@@ -161,6 +169,81 @@ changing one, restart the pods (kubectl rollout restart).
   value: {{ int64 .Values.config.storeTimeoutMs | quote }}
 - name: REGROUP_LOG_LEVEL
   value: {{ .Values.config.logLevel | quote }}
+{{- /* The shard count is fixed by whoever first uses the database: the Job and the server propose the same. */}}
+- name: REGROUP_SHARDS
+  value: {{ int .Values.config.shards | quote }}
+{{- end -}}
+
+{{/*
+The server's own environment: its name and address among the replicas, and its leases.
+REGROUP_ADVERTISED_ADDRESS is where the other replicas (forwarding) and the clients
+(NOT_COORDINATOR, FindCoordinator) reach this replica: its pod IP and the gRPC port.
+*/}}
+{{- define "regroup.replicaEnv" -}}
+- name: REGROUP_REPLICA_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: REGROUP_ADVERTISED_ADDRESS
+  value: "$(POD_IP):{{ .Values.service.port }}"
+- name: REGROUP_LEASE_MS
+  value: {{ int64 .Values.config.leaseMs | quote }}
+- name: REGROUP_LEASE_RENEW_MS
+  value: {{ int64 .Values.config.leaseRenewMs | quote }}
+- name: REGROUP_FORWARD
+  value: {{ .Values.config.forward | toString | quote }}
+{{- end -}}
+
+{{/*
+How long Kubernetes waits after SIGTERM before killing the server: the drain
+(shutdownGraceSeconds), then handing the shards over and closing the store, each
+bounded by storeTimeoutMs, and 5 s to spare. A killed replica's groups would wait
+for their leases to run out instead.
+*/}}
+{{- define "regroup.terminationGracePeriodSeconds" -}}
+{{- $grace := ceil .Values.config.shutdownGraceSeconds | int64 -}}
+{{- $store := ceil (divf .Values.config.storeTimeoutMs 1000) | int64 -}}
+{{- add $grace (mul 2 $store) 5 -}}
+{{- end -}}
+
+{{/* The server pods' affinity: .Values.affinity, plus the podAntiAffinity preset unless it has its own. */}}
+{{- define "regroup.affinity" -}}
+{{- $affinity := deepCopy (.Values.affinity | default dict) -}}
+{{- if and (ne .Values.podAntiAffinity "none") (not (hasKey $affinity "podAntiAffinity")) -}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "regroup.selectorLabels" (dict "ctx" . "component" "server") | fromYaml)) -}}
+{{- if eq .Values.podAntiAffinity "hard" -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "requiredDuringSchedulingIgnoredDuringExecution" (list $term)) -}}
+{{- else -}}
+{{- $_ := set $affinity "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) -}}
+{{- end -}}
+{{- end -}}
+{{- with $affinity -}}
+{{- toYaml . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The server pods' topology spread: topologySpreadConstraints when set, else zoneSpread's. */}}
+{{- define "regroup.topologySpreadConstraints" -}}
+{{- $selector := dict "matchLabels" (include "regroup.selectorLabels" (dict "ctx" . "component" "server") | fromYaml) -}}
+{{- $constraints := list -}}
+{{- if .Values.topologySpreadConstraints -}}
+{{- range .Values.topologySpreadConstraints -}}
+{{- $constraint := deepCopy . -}}
+{{- if not (hasKey $constraint "labelSelector") -}}
+{{- $_ := set $constraint "labelSelector" $selector -}}
+{{- end -}}
+{{- $constraints = append $constraints $constraint -}}
+{{- end -}}
+{{- else if ne .Values.zoneSpread "none" -}}
+{{- $constraints = list (dict "maxSkew" 1 "topologyKey" "topology.kubernetes.io/zone" "whenUnsatisfiable" .Values.zoneSpread "labelSelector" $selector) -}}
+{{- end -}}
+{{- with $constraints -}}
+{{- toYaml . -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "regroup.databaseEnv" -}}
