@@ -663,3 +663,34 @@ def test_replica_variants_render_valid_kubernetes_objects(helm: str, sets: tuple
     validate = Path(sys.executable).parent / "kubernetes-validate"
     result = run(str(validate), "--strict", "--quiet", "-", stdin=rendered.stdout)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def readme_helm_commands() -> list[list[str]]:
+    """The chart README's `helm install` and `helm upgrade` commands, as argument lists."""
+    import shlex
+
+    from tests.support.doc_blocks import parse
+
+    readme = CHART / "README.md"
+    commands = []
+    for block in parse(readme.read_text(), str(readme.relative_to(ROOT))):
+        for line in block.code.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == ["helm"] and words[1] in ("install", "upgrade"):
+                commands.append(words)
+    return commands
+
+
+def test_the_readme_commands_render(helm: str) -> None:
+    """Its blocks need a cluster (doc-test: skip): `helm template` checks their values instead,
+    a values file (-f) standing for the DSN it would hold."""
+    commands = readme_helm_commands()
+    assert len(commands) >= 4
+    for words in commands:
+        release, chart, *args = words[2:]
+        assert chart == "helm/regroup", words
+        if "-f" in args:
+            i = args.index("-f")
+            args[i : i + 2] = ["--set", DB]
+        rendered = run(helm, "template", release, str(CHART), *args)
+        assert rendered.returncode == 0, f"{' '.join(words)}\n{rendered.stderr}"
