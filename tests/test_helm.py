@@ -55,16 +55,8 @@ def test_schema_requires_a_database_and_at_least_one_replica(helm: str) -> None:
 #: Rendered variables that are not settings: POD_IP only feeds REGROUP_ADVERTISED_ADDRESS.
 HELPER_VARIABLES = frozenset({"POD_IP"})
 
-# issue 20: read by server/config.py once the lease keeper lands
-PENDING_SERVER_SETTINGS = frozenset(
-    {
-        "REGROUP_ADVERTISED_ADDRESS",
-        "REGROUP_SHARDS",
-        "REGROUP_LEASE_MS",
-        "REGROUP_LEASE_RENEW_MS",
-        "REGROUP_FORWARD",
-    }
-)
+#: The many-replicas settings the chart renders (issue 20).
+LEASE_SETTINGS = frozenset({"REGROUP_SHARDS", "REGROUP_LEASE_MS", "REGROUP_LEASE_RENEW_MS", "REGROUP_FORWARD"})
 
 #: What Kubernetes puts in a fieldRef variable, for the test to expand $(NAME) as it would.
 FIELD_SAMPLES = {"metadata.name": "rg-regroup-7d9f8c6b5-x2x4q", "status.podIP": "10.1.2.3"}
@@ -94,11 +86,9 @@ def test_rendered_environment_is_read_by_the_server(helm: str) -> None:
 
     docs = render(helm, DB, "config.maxGroupSize=5000")
     read = set(config._ENV.values())
-    stale = PENDING_SERVER_SETTINGS & read
-    assert not stale, f"server/config.py reads {sorted(stale)} now: remove them from PENDING_SERVER_SETTINGS"
     for owner, template in pods(docs).items():
         names = {e["name"] for e in template["spec"]["containers"][0]["env"]}
-        unread = names - read - HELPER_VARIABLES - PENDING_SERVER_SETTINGS
+        unread = names - read - HELPER_VARIABLES
         assert not unread, f"{owner} sets {sorted(unread)}, which server/config.py does not read"
 
     env = container_env(pods(docs)["Deployment"]["spec"]["containers"][0])
@@ -526,7 +516,7 @@ def test_lease_settings_reach_the_server(helm: str) -> None:
         return container_env(server_pod(render(helm, DB, *sets))["containers"][0])
 
     defaults = env()
-    assert {k: defaults[k] for k in PENDING_SERVER_SETTINGS - {"REGROUP_ADVERTISED_ADDRESS"}} == {
+    assert {k: defaults[k] for k in LEASE_SETTINGS} == {
         "REGROUP_SHARDS": "64",
         "REGROUP_LEASE_MS": "10000",
         "REGROUP_LEASE_RENEW_MS": "3000",
