@@ -56,7 +56,9 @@ def test_schema_requires_a_database_and_at_least_one_replica(helm: str) -> None:
 HELPER_VARIABLES = frozenset({"POD_IP"})
 
 #: The many-replicas settings the chart renders (issue 20).
-LEASE_SETTINGS = frozenset({"REGROUP_SHARDS", "REGROUP_LEASE_MS", "REGROUP_LEASE_RENEW_MS", "REGROUP_FORWARD"})
+LEASE_SETTINGS = frozenset(
+    {"REGROUP_SHARDS", "REGROUP_LEASE_MS", "REGROUP_LEASE_RENEW_MS", "REGROUP_FORWARD"}
+)
 
 #: What Kubernetes puts in a fieldRef variable, for the test to expand $(NAME) as it would.
 FIELD_SAMPLES = {"metadata.name": "rg-regroup-7d9f8c6b5-x2x4q", "status.podIP": "10.1.2.3"}
