@@ -73,6 +73,7 @@ class LeaseKeeper:
         on_acquired: ShardsChanged,
         on_lost: ShardsChanged,
         log: Any,
+        on_round: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.table = table
@@ -80,6 +81,8 @@ class LeaseKeeper:
         self.settings = settings
         self._on_acquired = on_acquired
         self._on_lost = on_lost
+        #: Runs before each round (the runtime checks that it still listens for notices).
+        self._on_round = on_round
         self.log = log
         #: The last round's answer (None before the first).
         self.view: LeaseRound | None = None
@@ -127,6 +130,8 @@ class LeaseKeeper:
             return await self._round()
 
     async def _round(self) -> bool:
+        if self._on_round is not None:
+            await self._on_round()
         todo = self.next_plan()
         if todo.release:
             # Out of memory before the release is sent: nothing is answered for them after.

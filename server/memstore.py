@@ -24,7 +24,8 @@ from regroup.reconciler.records import (
 )
 
 from .leases import Lease, LeaseRequest, LeaseRound
-from .store import Fence, GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable
+from .sql import LEASES_CHANNEL, TOPICS_CHANNEL
+from .store import Fence, GroupStore, Notice, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable
 
 
 def _system_wall_ms() -> int:
@@ -46,6 +47,12 @@ class MemoryDatabase:
     #: replica id -> (advertised address, registration expiry)
     replicas: dict[str, tuple[str, int]] = field(default_factory=dict)
     shard_leases: dict[int, Lease] = field(default_factory=dict)
+    #: Each listening replica's notice callback (as Postgres LISTEN connections).
+    listeners: dict[str, Notice] = field(default_factory=dict)
+
+    def notify(self, channel: str, sender: str) -> None:
+        for on_notice in list(self.listeners.values()):
+            on_notice(channel, sender)
 
 
 class MemoryStore:
@@ -133,11 +140,13 @@ class MemoryStore:
         if same_name is not None and same_name.topic_id != topic.topic_id:
             raise StoreConflict("topics_name_key", f"Topic name {topic.name!r} is taken")
         topics[topic.topic_id] = topic
+        self.database.notify(TOPICS_CHANNEL, self.replica_id)
         self._committed()
 
     async def delete_topic(self, topic_id: str) -> None:
         self._reach()
         self.database.topics.pop(topic_id, None)
+        self.database.notify(TOPICS_CHANNEL, self.replica_id)
         self._committed()
 
     async def shard_count(self, proposed: int) -> int:
@@ -146,7 +155,16 @@ class MemoryStore:
 
     async def lease_round(self, request: LeaseRequest) -> LeaseRound:
         self._reach()
-        return _lease_round(self.database, request)
+        answer = _lease_round(self.database, request)
+        if request.release:
+            self.database.notify(LEASES_CHANNEL, self.replica_id)
+        return answer
+
+    async def listen(self, on_notice: Notice) -> bool:
+        self._reach()
+        listening = self.replica_id in self.database.listeners
+        self.database.listeners[self.replica_id] = on_notice
+        return not listening
 
 
 def _lease_round(db: MemoryDatabase, request: LeaseRequest) -> LeaseRound:

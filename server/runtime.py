@@ -15,6 +15,8 @@ here, reads through methods (`group`, `group_ids`, `image_for`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import Collection, KeysView, Sequence
 
@@ -53,7 +55,8 @@ from .clock import Clock
 from .leasekeeper import LeaseKeeper, LeaseSettings
 from .scheduler import Scheduler
 from .shards import LeaseNotTrusted, ShardTable
-from .store import GroupStore
+from .sql import LEASES_CHANNEL, TOPICS_CHANNEL
+from .store import GroupStore, StoreUnavailable
 from .storewatch import StoreWatch
 from .timers import TimerKey, TimerQueue
 from .topicadmin import TopicAdmin, TopicOutcome
@@ -83,9 +86,13 @@ class Coordinator:
             on_acquired=self._take_shards,
             on_lost=self._drop_shards,
             log=self.log,
+            on_round=self._keep_listening,
         )
         self.writer.fence_failed = self.writer.shards.owner_unknown = self.keeper.wake.set
         self._run_timers = run_timers
+        self._stopped = False
+        self._topics_reload: asyncio.Task[None] | None = None
+        self._reload_again = False
 
     # -- the parts' state, read-only to callers ------------------------------------
 
@@ -145,6 +152,9 @@ class Coordinator:
     async def start(self) -> None:
         """Loads the topics, takes this replica's share of the shards (loading their
         groups and arming their timers), then serves."""
+        self._stopped = False
+        # Listening first: a topic changed elsewhere after the load below is noticed.
+        await self.store.listen(self._on_notice)
         await self.writer.load_topics()
         await self.keeper.start(run=self._run_timers)
         groups = self.writer.groups
@@ -165,9 +175,52 @@ class Coordinator:
         await self.keeper.stop(release=True)
 
     async def stop(self) -> None:
+        self._stopped = True
         await self.keeper.stop(release=True)
+        reload, self._topics_reload = self._topics_reload, None
+        if reload is not None:
+            reload.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reload
         await self.scheduler.stop()
         await self.assigner.close()
+
+    # -- notices from other replicas -----------------------------------------------
+
+    def _on_notice(self, channel: str, sender: str) -> None:
+        if self._stopped or sender == self.store.replica_id:
+            return
+        if channel == LEASES_CHANNEL:
+            self.keeper.wake.set()  # released shards: take them now, not at the next period
+        elif channel == TOPICS_CHANNEL:
+            self.reload_topics_soon()
+
+    def reload_topics_soon(self) -> None:
+        """Reloads the topics in the background (once more if asked while reloading)."""
+        if self._topics_reload is not None and not self._topics_reload.done():
+            self._reload_again = True
+            return
+        self._topics_reload = asyncio.create_task(self._reload_topics(), name="regroup-topics")
+
+    async def _reload_topics(self) -> None:
+        while True:
+            self._reload_again = False
+            try:
+                await self.topics.reload()
+            except StoreUnavailable as e:
+                self.log.warning("topics_reload_failed", error=str(e))
+                self.keeper.wake.set()  # the next round listens again and catches up
+            if not self._reload_again:
+                return
+
+    async def _keep_listening(self) -> None:
+        """Before each lease round: listening again after a lost connection, then
+        catching up with the topics, since notices sent meanwhile were lost."""
+        try:
+            if await self.store.listen(self._on_notice):
+                self.reload_topics_soon()
+        except StoreUnavailable as e:
+            self.log.warning("listen_failed", error=str(e))
 
     async def _take_shards(self, shards: Sequence[int]) -> None:
         loaded = await self.writer.take_shards(shards)

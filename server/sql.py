@@ -113,6 +113,14 @@ SHARD_LEASE = (
 
 PING = "SELECT 1"
 
+# -- notices between replicas (LISTEN/NOTIFY; the payload is the sender's replica id) --
+
+#: The topics changed: replicas reload them and refresh their groups that subscribe.
+TOPICS_CHANNEL = "regroup_topics"
+#: Shards were released: replicas run a lease round at once instead of at their next period.
+LEASES_CHANNEL = "regroup_leases"
+NOTIFY = "SELECT pg_notify($1, $2)"
+
 # -- shards and leases (migrations/0005_shard_leases.sql) ---------------------
 
 #: $1 replica id, $2 advertised address, $3 lease ms, $4/$5 shards to renew and the epochs

@@ -14,7 +14,7 @@ import base64
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -44,6 +44,9 @@ from . import sql
 from .leases import LeaseRequest, LeaseRound, lease_round_from_json
 
 log = structlog.get_logger("regroup")
+
+#: A notice from a replica: (channel, the sender's replica id); see sql.TOPICS_CHANNEL.
+Notice = Callable[[str, str], None]
 
 #: A connection taken from the pool.
 Conn: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
@@ -123,7 +126,14 @@ class GroupStore(Protocol):
 
     async def lease_round(self, request: LeaseRequest) -> LeaseRound:
         """One renewal period in one statement: register, renew, release, acquire the
-        free shards asked for, then read every lease and the live replicas."""
+        free shards asked for, then read every lease and the live replicas. A round
+        that releases shards also notices the other replicas (LEASES_CHANNEL)."""
+        ...
+
+    async def listen(self, on_notice: Notice) -> bool:
+        """Delivers the replicas' notices (channel, sender replica id) to `on_notice`.
+        Called again, it only checks that it still listens; True when it (re)started
+        listening, so that the caller catches up with what it may have missed."""
         ...
 
 
@@ -423,6 +433,9 @@ class PostgresStore:
         self._closing = False
         #: How long `close` waits for connections in use before it terminates them.
         self.close_timeout_s = close_timeout_s
+        #: Where `listen` connects (set by `connect`), and its connection.
+        self.dsn: str | None = None
+        self._listener: asyncpg.Connection | None = None
 
     @classmethod
     async def connect(
@@ -441,12 +454,17 @@ class PostgresStore:
             )
         except (OSError, asyncpg.PostgresError) as e:
             raise StoreUnavailable(f"Cannot connect to Postgres: {e}") from e
-        return cls(pool, replica_id, close_timeout_s=timeout_s)
+        store = cls(pool, replica_id, close_timeout_s=timeout_s)
+        store.dsn = dsn
+        return store
 
     async def close(self) -> None:
         # The pool's close waits for every connection to come back: a write still
         # in flight gives its held one back instead of keeping it.
         self._closing = True
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.terminate()
         while self._held:
             await self._unhold(self._held.pop())
         try:
@@ -677,10 +695,35 @@ class PostgresStore:
                 topic.num_partitions,
                 list(topic.partition_racks),
             )
+            await conn.execute(sql.NOTIFY, sql.TOPICS_CHANNEL, self.replica_id)  # sent at the commit
 
     async def delete_topic(self, topic_id: str) -> None:
         async with self._transaction() as conn:
             await conn.execute(sql.DELETE_TOPIC, uuid.UUID(topic_id))
+            await conn.execute(sql.NOTIFY, sql.TOPICS_CHANNEL, self.replica_id)
+
+    # -- notices between replicas ----------------------------------------------------
+
+    async def listen(self, on_notice: Notice) -> bool:
+        if self._listener is not None and not self._listener.is_closed():
+            return False
+        if self.dsn is None or self._closing:
+            return False
+
+        def deliver(_conn: Any, _pid: int, channel: str, payload: object) -> None:
+            on_notice(channel, str(payload))
+
+        try:
+            conn = await asyncpg.connect(self.dsn, timeout=self.close_timeout_s)
+            for channel in (sql.TOPICS_CHANNEL, sql.LEASES_CHANNEL):
+                await conn.add_listener(channel, deliver)
+        except DATABASE_ERRORS as e:
+            raise _database_error(e) from e
+        if self._closing:
+            conn.terminate()
+            return False
+        self._listener = conn
+        return True
 
     # -- introspection -----------------------------------------------------------
 
@@ -692,17 +735,22 @@ class PostgresStore:
 
     async def lease_round(self, request: LeaseRequest) -> LeaseRound:
         r = request
-        async with self._connection() as conn:
-            raw = await conn.fetchval(
-                sql.LEASE_ROUND,
-                r.replica_id,
-                r.address,
-                r.lease_ms,
-                list(r.renew),
-                list(r.renew.values()),
-                list(r.release),
-                list(r.acquire),
-            )
+        args = (
+            r.replica_id,
+            r.address,
+            r.lease_ms,
+            list(r.renew),
+            list(r.renew.values()),
+            list(r.release),
+            list(r.acquire),
+        )
+        if not r.release:  # the round of every period: one statement
+            async with self._connection() as conn:
+                raw = await conn.fetchval(sql.LEASE_ROUND, *args)
+        else:
+            async with self._transaction() as conn:
+                raw = await conn.fetchval(sql.LEASE_ROUND, *args)
+                await conn.execute(sql.NOTIFY, sql.LEASES_CHANNEL, r.replica_id)
         return lease_round_from_json(json.loads(raw))
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from regroup.v1 import common_pb2, coordinator_pb2
+from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
 
@@ -127,3 +127,33 @@ async def test_a_graceful_stop_hands_its_groups_over_without_a_rebalance(
     # Same epochs, same partitions: no rebalance, nobody fenced.
     assert [m.epoch for m in members] == epochs and [m.partitions() for m in members] == owned
     assert len(b.coordinator.shards.held) == 64
+
+
+async def test_a_topic_change_on_one_replica_bumps_the_groups_another_serves(
+    start_service: ServiceFactory,
+) -> None:
+    a, b = await replicas(start_service, 2)
+    await a.stubs.create_topic("orders", 2)
+    group = owned_by(b)
+    deadline = time.monotonic() + 5
+    while "orders" not in b.coordinator.image.by_name:  # b heard of it (NOTIFY) and reloaded
+        assert time.monotonic() < deadline, "b never learned of the topic"
+        await asyncio.sleep(0.01)
+    member = WireMember(b.stubs.coordinator, group, "m", ["orders"])
+    await converge(b.stubs, group, [member])
+    epoch = b.coordinator.group(group).group_epoch
+
+    # Grown through a: b's group is bumped once, and its member gets the new partitions.
+    grown = await a.stubs.admin.CreatePartitions(
+        admin_pb2.CreatePartitionsRequest(
+            topics=[admin_pb2.CreatePartitionsRequest.Topic(name="orders", count=4)]
+        )
+    )
+    assert grown.topics[0].error_code == common_pb2.NONE
+    while b.coordinator.group(group).group_epoch == epoch:
+        assert time.monotonic() < deadline + 5, "b's group was never bumped"
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)  # any second bump would come now
+    assert b.coordinator.group(group).group_epoch == epoch + 1
+    await converge(b.stubs, group, [member])
+    assert len(member.partitions()) == 4

@@ -292,3 +292,27 @@ async def test_released_and_expired_leases_are_free(new_store: NewStore) -> None
     assert 5 not in late.granted  # expired: renewing is too late, the lease must be taken again
     again = await b.lease_round(LeaseRequest("b", "b:1", 60_000, {}, [], [5]))
     assert again.granted[5] > short.granted[5]
+
+
+async def test_replicas_hear_topic_changes_and_released_shards(new_store: NewStore) -> None:
+    first, second = await new_store("r1"), await new_store("r2")
+    heard: list[tuple[str, str]] = []
+    assert await second.listen(lambda channel, sender: heard.append((channel, sender))) is True
+    assert await second.listen(lambda channel, sender: heard.append((channel, sender))) is False  # still
+
+    async def heard_soon(notice: tuple[str, str]) -> None:
+        for _ in range(200):  # Postgres delivers after the commit, on another connection
+            if notice in heard:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{notice} not heard: {heard}")
+
+    topic = Topic(str(uuid.uuid4()), "t", 1)
+    await first.put_topic(topic)
+    await heard_soon(("regroup_topics", "r1"))
+    await first.delete_topic(topic.topic_id)
+    assert heard.count(("regroup_topics", "r1")) >= 1
+    await first.lease_round(LeaseRequest("r1", "", 60_000, {}, acquire=[0]))
+    assert ("regroup_leases", "r1") not in heard  # renewing or acquiring says nothing
+    await first.lease_round(LeaseRequest("r1", "", 60_000, {}, release=[0]))
+    await heard_soon(("regroup_leases", "r1"))

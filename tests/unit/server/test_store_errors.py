@@ -30,8 +30,10 @@ def _refusing_dsn() -> str:
 @pytest.fixture
 async def unreachable() -> AsyncIterator[PostgresStore]:
     # min_size=0: the pool connects on first use, as one whose database went away reconnects.
-    pool = await asyncpg.create_pool(_refusing_dsn(), min_size=0, max_size=2, timeout=2)
+    dsn = _refusing_dsn()
+    pool = await asyncpg.create_pool(dsn, min_size=0, max_size=2, timeout=2)
     store = PostgresStore(pool, "r", close_timeout_s=1)
+    store.dsn = dsn
     yield store
     await store.close()
 
@@ -51,6 +53,7 @@ CALLS: dict[str, Callable[[GroupStore], Awaitable[Any]]] = {
     "delete_topic": lambda s: s.delete_topic(TOPIC.topic_id),
     "ping": lambda s: s.ping(),
     "shard_count": lambda s: s.shard_count(64),
+    "listen": lambda s: s.listen(lambda channel, sender: None),
     "lease_round": lambda s: s.lease_round(LeaseRequest("r", "127.0.0.1:1", 1_000, {0: 1}, [1], [2])),
 }
 
