@@ -104,6 +104,8 @@ _ENV = {
 
 #: The most shards a database may be split into.
 MAX_SHARDS = 4096
+#: The longest lease (a day): a killed replica's groups wait up to this long.
+MAX_LEASE_MS = 86_400_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -198,6 +200,8 @@ def _lease(raw: Mapping[str, str]) -> tuple[int, int]:
     being trusted (its length minus the safety margin): two renewal periods fit.
     """
     lease_ms = _int(raw, "lease_ms", DEFAULT_LEASE_MS, 500)
+    if lease_ms > MAX_LEASE_MS:
+        raise ConfigError(f"REGROUP_LEASE_MS must be at most {MAX_LEASE_MS} (a day), got {lease_ms}.")
     renew_ms = _int(raw, "lease_renew_ms", lease_ms * 3 // 10, 50)
     trusted_ms = lease_ms - min_margin_ms(lease_ms)
     if 2 * renew_ms > trusted_ms:

@@ -143,6 +143,13 @@ class Coordinator:
     def group_ids(self) -> KeysView[str]:
         return self.writer.groups.keys()
 
+    def peers(self) -> dict[str, str]:
+        """The other live replicas and their addresses, as the last lease round saw them."""
+        view = self.keeper.view
+        if view is None:
+            return {}
+        return {r: a for r, a in view.live.items() if r != self.store.replica_id and a}
+
     def image_for(self, group_id: str, group_type: str | None = None) -> TopicsImage:
         """The resources a group's members share: topics, or a Connect group's connectors."""
         return self.writer.image_for(group_id, group_type)

@@ -6,6 +6,7 @@ becomes a non-OK status (INTERNAL), logged with its traceback.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ from regroup.reconciler.messages import PrepareAssignment
 from regroup.reconciler.offsets import OffsetToCommit
 from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
 from regroup.reconciler.validation import validate_group_id
-from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
+from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
 from . import mapping, paging
 from .forwarding import NOT_COORDINATOR, Forwarder, client_host
@@ -394,18 +395,69 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         cursor = paging.Cursor(
             "ListGroups", [sorted(states), sorted(types)], str, "states_filter or types_filter"
         )
+        size = paging.page_size(request.page_size)
         try:
             # Nothing here awaits, so the groups cannot change while the page is taken.
             page = paging.take_page(
                 paging.sorted_after(coordinator.group_ids(), cursor.after(request.page_token)),
                 listing,
-                paging.page_size(request.page_size),
+                size,
                 self._page_bytes,
                 cursor,
             )
         except ApiError as e:
             return admin_pb2.ListGroupsResponse(**_error_fields(e))
-        return admin_pb2.ListGroupsResponse(groups=page.entries, next_page_token=page.next_page_token)
+        peers = self._peers(context)
+        if not peers:
+            return admin_pb2.ListGroupsResponse(groups=page.entries, next_page_token=page.next_page_token)
+        return await self._list_everywhere(request, context, page, peers, cursor, size)
+
+    def _peers(self, context: Ctx) -> dict[str, str]:
+        """The other live replicas a listing asks (none for a call forwarded here)."""
+        forwarder = self._forwarder
+        if forwarder is None or not forwarder.may_forward(context, "-"):
+            return {}
+        return self._coordinator.peers()
+
+    async def _list_everywhere(
+        self,
+        request: admin_pb2.ListGroupsRequest,
+        context: Ctx,
+        local: paging.Page[GroupListing],
+        peers: dict[str, str],
+        cursor: paging.Cursor[str],
+        size: int,
+    ) -> admin_pb2.ListGroupsResponse:
+        """Each replica lists the groups it serves: this one's page merged with the
+        same page of every other live replica, in group id order. A replica that
+        stopped early (its page was full) bounds the merged page at its last key, so
+        that no group is skipped; the next token resumes there for everyone."""
+        assert self._forwarder is not None
+        answers = await asyncio.gather(
+            *(
+                self._forwarder.call(self._forwarder.admin(address), "ListGroups", request, context)
+                for address in peers.values()
+            )
+        )
+        pages: list[tuple[list[GroupListing], str]] = [(local.entries, local.next_page_token)]
+        for (replica, address), answer in zip(peers.items(), answers, strict=True):
+            if answer is None or answer.error_code != common_pb2.NONE:
+                why = "unreachable" if answer is None else answer.error_message
+                error = CoordinatorNotAvailable(
+                    f"Replica {replica} at {address} could not list its groups: {why}"
+                )
+                return admin_pb2.ListGroupsResponse(**_error_fields(error))
+            pages.append((list(answer.groups), answer.next_page_token))
+        bounds = [cursor.after(token) for _, token in pages if token]
+        bound = min((b for b in bounds if b is not None), default=None)
+        entries = {
+            e.group_id: e for entries, _ in pages for e in entries if bound is None or e.group_id <= bound
+        }
+        page = paging.take_page(sorted(entries), entries.get, size, self._page_bytes, cursor)
+        token = page.next_page_token
+        if not token and bound is not None:
+            token = cursor.token(bound)
+        return admin_pb2.ListGroupsResponse(groups=page.entries, next_page_token=token)
 
     @internal_errors
     async def DescribeGroups(

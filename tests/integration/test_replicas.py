@@ -157,3 +157,26 @@ async def test_a_topic_change_on_one_replica_bumps_the_groups_another_serves(
     assert b.coordinator.group(group).group_epoch == epoch + 1
     await converge(b.stubs, group, [member])
     assert len(member.partitions()) == 4
+
+
+async def test_any_replica_lists_every_group_page_by_page(start_service: ServiceFactory) -> None:
+    a, b, c = await replicas(start_service, 3)
+    await a.stubs.create_topic("orders", 1)
+    groups = [f"list-{i:02d}" for i in range(30)]
+    for group in groups:  # joined through a; each group lives on its shard's owner
+        response = await WireMember(a.stubs.coordinator, group, "m", ["orders"]).heartbeat()
+        assert response.error_code == common_pb2.NONE
+    assert all(len(s.coordinator.group_ids()) < len(groups) for s in (a, b, c))
+    for service in (a, b, c):
+        listed: list[str] = []
+        token = ""
+        while True:
+            page = await service.stubs.admin.ListGroups(
+                admin_pb2.ListGroupsRequest(page_size=7, page_token=token)
+            )
+            assert page.error_code == common_pb2.NONE and len(page.groups) <= 7
+            listed += [g.group_id for g in page.groups]
+            token = page.next_page_token
+            if not token:
+                break
+        assert listed == groups  # each once, in order

@@ -45,6 +45,23 @@ def test_environment_sets_every_documented_variable() -> None:
     assert settings.group_config().assignment_interval_ms == 0
 
 
+def test_lease_settings_default_and_follow_the_lease() -> None:
+    defaults = load_settings({})
+    assert (defaults.shards, defaults.lease_ms, defaults.lease_renew_ms) == (64, 10_000, 3_000)
+    assert (defaults.forward, defaults.advertised_address) == (True, "")
+    set_ = load_settings(
+        {
+            "REGROUP_SHARDS": "16",
+            "REGROUP_LEASE_MS": "2000",
+            "REGROUP_FORWARD": "off",
+            "REGROUP_ADVERTISED_ADDRESS": "10.1.2.3:50051",
+        }
+    )
+    # The renewal period follows the lease (3/10 of it) unless set.
+    assert (set_.shards, set_.lease_ms, set_.lease_renew_ms) == (16, 2_000, 600)
+    assert (set_.forward, set_.advertised_address) == (False, "10.1.2.3:50051")
+
+
 def test_flags_win_over_the_environment() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -70,6 +87,17 @@ def test_flags_win_over_the_environment() -> None:
         ({"REGROUP_STORE_CHECK_MS": "5"}, "REGROUP_STORE_CHECK_MS must be at least 10"),
         ({"REGROUP_STORE_TIMEOUT_MS": "1.5"}, "REGROUP_STORE_TIMEOUT_MS must be an integer"),
         ({"REGROUP_LISTEN": "50051"}, "REGROUP_LISTEN must be host:port"),
+        ({"REGROUP_SHARDS": "0"}, "REGROUP_SHARDS must be at least 1"),
+        ({"REGROUP_SHARDS": "4097"}, "REGROUP_SHARDS must be at most 4096"),
+        ({"REGROUP_LEASE_MS": "100"}, "REGROUP_LEASE_MS must be at least 500"),
+        ({"REGROUP_LEASE_MS": "86400001"}, "REGROUP_LEASE_MS must be at most 86400000"),
+        (
+            {"REGROUP_LEASE_MS": "2000", "REGROUP_LEASE_RENEW_MS": "1000"},
+            "REGROUP_LEASE_RENEW_MS (1000) must be",
+        ),
+        ({"REGROUP_LEASE_RENEW_MS": "10"}, "REGROUP_LEASE_RENEW_MS must be at least 50"),
+        ({"REGROUP_FORWARD": "maybe"}, "REGROUP_FORWARD must be true or false"),
+        ({"REGROUP_ADVERTISED_ADDRESS": "pod-1"}, "REGROUP_ADVERTISED_ADDRESS must be host:port"),
     ],
 )
 def test_bad_settings_are_refused_with_the_variable_named(env: dict[str, str], message: str) -> None:
