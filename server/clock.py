@@ -10,8 +10,11 @@ Two readings, never mixed:
   the process, and another process (after a restart elsewhere, or another
   replica) reads them against its own wall clock.
 - `monotonic_ms()`: in-memory timers only (sessions, rebalance timeouts, the
-  next assignment, retries) and the sleeps until them. A timer never reaches
-  Postgres; a step of the wall clock (NTP) must not fire or delay it.
+  next assignment, retries), the sleeps until them, and how long a shard's lease
+  is trusted (server/shards.py). A timer never reaches Postgres; a step of the
+  wall clock (NTP) must not fire or delay it. On Linux it is CLOCK_BOOTTIME, which
+  also counts the time the machine was suspended (a paused VM): a replica that
+  wakes after its lease ran out must know it did (docs/ha.md).
 
 The engine states timer deadlines in the operation's wall-clock time; the shell
 arms them at the same distance on the monotonic clock (`Coordinator._arm`).
@@ -39,11 +42,17 @@ class Clock(Protocol):
         ...
 
 
+#: CLOCK_MONOTONIC stops while the machine is suspended; CLOCK_BOOTTIME does not.
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
 class SystemClock:
     def wall_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
     def monotonic_ms(self) -> int:
+        if _BOOTTIME is not None:
+            return time.clock_gettime_ns(_BOOTTIME) // 1_000_000
         return time.monotonic_ns() // 1_000_000
 
     async def sleep_until(self, deadline_ms: int | None, wake: asyncio.Event) -> None:

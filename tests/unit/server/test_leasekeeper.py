@@ -4,6 +4,7 @@ monotonic reading, so a test moves every clock at once and decides every round."
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -254,3 +255,19 @@ async def test_a_takeover_keeps_members_epochs_and_restarts_their_sessions(pair:
     await a.keeper.round()
     assert a.group("g") is None
     assert len(a.timers) == 1  # only the offsets sweep: the group's timers left with it
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="Linux only")
+def test_trust_is_read_on_a_clock_that_counts_suspension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A VM suspended past its lease must not resume trusting it: CLOCK_MONOTONIC
+    stops during a suspend, CLOCK_BOOTTIME does not."""
+    from regroup.server import clock
+
+    read: list[int] = []
+
+    def clock_gettime_ns(which: int) -> int:
+        read.append(which)
+        return 7_000_000
+
+    monkeypatch.setattr(clock.time, "clock_gettime_ns", clock_gettime_ns)
+    assert clock.SystemClock().monotonic_ms() == 7 and read == [time.CLOCK_BOOTTIME]
