@@ -74,11 +74,19 @@ class _NullStore:
     """Accepts every write and keeps nothing: only the coordinator's own memory is measured."""
 
     replica_id = "bench"
-    owner_epoch = 1
     commits = 0
 
-    async def append(self, group_id: str, records: Any) -> None:
+    async def append(self, group_id: str, records: Any, fence: Any) -> None:
         self.commits += 1
+
+
+def _serve_every_shard(coordinator: Any) -> None:
+    """This coordinator alone serves every shard, without a lease keeper (no store)."""
+    from regroup.server.shards import HeldShard
+
+    shards = coordinator.shards
+    for shard in range(shards.count):
+        shards.held[shard] = HeldShard(owner_epoch=1, trusted_until_ms=2**62, loaded=True)
 
 
 async def _heap_of_shape(groups: int, members: int, partitions: int) -> int:
@@ -100,6 +108,7 @@ async def _heap_of_shape(groups: int, members: int, partitions: int) -> int:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     coordinator = Coordinator(_NullStore(), config, ManualClock(), run_timers=False)  # type: ignore[arg-type]
+    _serve_every_shard(coordinator)
     coordinator.writer.image = TopicsImage(Topic(f"id-{g}", f"t{g:04d}", partitions) for g in range(groups))
     epochs: dict[tuple[str, str], int] = {}
     for g in range(groups):

@@ -395,8 +395,8 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         cursor = paging.Cursor(
             "ListGroups", [sorted(states), sorted(types)], str, "states_filter or types_filter"
         )
-        size = paging.page_size(request.page_size)
         try:
+            size = paging.page_size(request.page_size)
             # Nothing here awaits, so the groups cannot change while the page is taken.
             page = paging.take_page(
                 paging.sorted_after(coordinator.group_ids(), cursor.after(request.page_token)),
