@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from regroup.server.timers import TimerKey
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
@@ -180,3 +181,58 @@ async def test_any_replica_lists_every_group_page_by_page(start_service: Service
             if not token:
                 break
         assert listed == groups  # each once, in order
+
+
+class _Listener:
+    """Counts what a rebalance listener would see of a failover (nothing, if it is invisible)."""
+
+    def __init__(self) -> None:
+        self.lost = 0
+
+    async def on_partitions_assigned(self, partitions: Any) -> None:
+        pass
+
+    async def on_partitions_revoked(self, partitions: Any) -> None:
+        pass
+
+    async def on_partitions_lost(self, partitions: Any) -> None:
+        self.lost += 1
+
+
+async def test_the_client_follows_its_group_to_the_replica_that_serves_it(
+    start_service: ServiceFactory,
+) -> None:
+    """Forwarding off: the member's bootstrap replica a answers NOT_COORDINATOR with b's
+    address, the member follows it; b stops gracefully, its shards move (some to a), and
+    the member follows again, without being fenced or losing its partitions."""
+    from regroup.client import GroupMember, MemberOptions
+
+    a = await start_service(forward=False, heartbeat_interval_ms=200, **FAST)
+    await a.stubs.create_topic("orders", 4)
+    b = await start_service(forward=False, heartbeat_interval_ms=200, **FAST)
+    await spread([a, b])
+    group = owned_by(b)
+    listener = _Listener()
+    options = MemberOptions(retry_backoff_ms=20, retry_backoff_max_ms=200)
+    async with GroupMember(f"127.0.0.1:{a.server.port}", listener=listener, options=options) as member:
+        await member.join(group, topics=["orders"])
+        assignment = await asyncio.wait_for(member.wait_for_assignment(lambda x: len(x.partitions) == 4), 10)
+        epoch = member.member_epoch
+        assert b.coordinator.group(group) is not None  # b serves it; the member talked to b
+
+        await b.server.stop()
+        deadline = time.monotonic() + 10
+        while not a.coordinator.shards.serves(group, a.coordinator.clock.monotonic_ms()):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        described = a.coordinator.group(group)
+        assert described is not None and described.members[member.member_id].member_epoch == epoch
+        # The member's next heartbeats reach a (b is gone): each renews its session there.
+        session = TimerKey(group, member.member_id, "session")
+        armed = a.coordinator.timers.deadline(session)
+        assert armed is not None
+        while a.coordinator.timers.deadline(session) == armed:
+            assert time.monotonic() < deadline, "the member never heartbeated on a"
+            await asyncio.sleep(0.02)
+        assert member.failure is None and listener.lost == 0
+        assert member.member_epoch == epoch and member.assignment().partitions == assignment.partitions
