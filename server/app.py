@@ -15,6 +15,7 @@ from grpc_reflection.v1alpha import reflection
 
 from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
+from . import sql
 from .accept import AcceptWidener, widened_server
 from .clock import Clock, SystemClock
 from .config import Settings
@@ -70,15 +71,26 @@ def find_migrations(settings: Settings) -> list[Migration]:
     return discover(settings.migrations_dir)
 
 
-async def run_migrations(dsn: str, migrations: list[Migration]) -> list[str]:
+async def run_migrations(dsn: str, migrations: list[Migration], shards: int = 64) -> list[str]:
+    """Applies the migrations; the first time, also fixes the database's shard count
+    (REGROUP_SHARDS), which later replicas then read instead of their own setting."""
     try:
         conn = await asyncpg.connect(dsn)
     except (OSError, asyncpg.PostgresError) as e:
         raise StoreUnavailable(f"Cannot connect to Postgres: {e}") from e
     try:
-        return await apply_migrations(conn, migrations)
+        applied = await apply_migrations(conn, migrations)
+        stored = int(await conn.fetchval(sql.SHARD_COUNT, str(shards)))
     finally:
         await conn.close()
+    if stored != shards:
+        log.warning(
+            "shard_count_fixed",
+            configured=shards,
+            stored=stored,
+            message="REGROUP_SHARDS is fixed when the database is first migrated; the stored count is used",
+        )
+    return applied
 
 
 @dataclass
@@ -105,7 +117,7 @@ class RegroupServer:
     async def start(self) -> None:
         migrations = find_migrations(self.settings)
         dsn = await resolve_database_url(self.settings)
-        applied = await run_migrations(dsn, migrations)
+        applied = await run_migrations(dsn, migrations, self.settings.shards)
         if applied:
             log.info("migrations_applied", migrations=applied)
         self._store = await PostgresStore.connect(

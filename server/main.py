@@ -45,7 +45,7 @@ async def _serve(settings: Settings) -> None:
 async def _migrate(settings: Settings) -> None:
     migrations = find_migrations(settings)
     dsn = await resolve_database_url(settings)
-    applied = await run_migrations(dsn, migrations)
+    applied = await run_migrations(dsn, migrations, settings.shards)
     structlog.get_logger("regroup").info("migrations_applied", migrations=applied)
 
 

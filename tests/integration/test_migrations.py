@@ -49,6 +49,21 @@ async def test_migrations_apply_to_an_empty_database(postgres: EmbeddedPostgres)
     assert await migrate(dsn) == []
 
 
+async def test_the_first_migration_fixes_the_shard_count(postgres: EmbeddedPostgres) -> None:
+    from regroup.server.app import find_migrations, run_migrations
+    from regroup.server.config import Settings
+
+    dsn = await postgres.empty_database()
+    migrations = find_migrations(Settings())
+    assert await run_migrations(dsn, migrations, shards=16) == [m.name for m in migrations]
+    assert await run_migrations(dsn, migrations, shards=128) == []  # a later setting is ignored
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT value FROM cluster_settings WHERE key = 'shards'") == "16"
+    finally:
+        await conn.close()
+
+
 async def test_an_edited_migration_is_refused(postgres: EmbeddedPostgres, tmp_path: Path) -> None:
     dsn = await postgres.empty_database()
     for path in (ROOT / "migrations").glob("*.sql"):
