@@ -11,7 +11,10 @@ share, acquire free ones up to it. Then:
   database's clock while this replica could not renew): their groups leave
   memory with their timers (`on_lost`), before anything else runs on them;
 - every granted shard is trusted until `leases.valid_until` the moment the round
-  was *sent*, on this replica's monotonic clock.
+  was *sent*, on this replica's monotonic clock;
+- when the round's topics version differs from the one last loaded at, the topics
+  are loaded again (`on_topics`: another replica changed them), before any shard
+  is loaded, so that a group taken over is refreshed against the topics as they are.
 
 A shard to release leaves memory before the statement that releases it is sent,
 so this replica has stopped answering for it before anyone can take it.
@@ -60,6 +63,7 @@ class LeaseSettings:
 NO_PLAN = LeasePlan((), ())
 
 ShardsChanged = Callable[[Sequence[int]], Awaitable[None]]
+TopicsChanged = Callable[[], Awaitable[None]]
 
 
 class LeaseKeeper:
@@ -72,6 +76,7 @@ class LeaseKeeper:
         *,
         on_acquired: ShardsChanged,
         on_lost: ShardsChanged,
+        on_topics: TopicsChanged | None = None,
         log: Any,
         on_round: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -83,9 +88,13 @@ class LeaseKeeper:
         self._on_lost = on_lost
         #: Runs before each round (the runtime checks that it still listens for notices).
         self._on_round = on_round
+        self._on_topics = on_topics
         self.log = log
         #: The last round's answer (None before the first).
         self.view: LeaseRound | None = None
+        #: The topics version `on_topics` last loaded at (None: not yet, so the first
+        #: round loads them again, as they may have changed since the start loaded them).
+        self.topics_version: int | None = None
         #: Lease rounds sent, and those that failed (for tests and benchmarks).
         self.rounds = 0
         self.failed_rounds = 0
@@ -173,6 +182,13 @@ class LeaseKeeper:
             for s, lease in answer.leases.items()
             if not lease.expired(answer.db_now_ms)
         }
+        if self._on_topics is not None and answer.topics_version != self.topics_version:
+            try:
+                await self._on_topics()
+            except StoreUnavailable as e:
+                self.log.warning("topics_load_failed", error=str(e))  # the next round tries again
+            else:
+                self.topics_version = answer.topics_version
         if todo.release or acquired:
             self.log.info(
                 "shards_changed",

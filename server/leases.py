@@ -119,7 +119,8 @@ class LeaseRequest:
 
 @dataclass(frozen=True, slots=True)
 class LeaseRound:
-    """What one renewal period's statement answered (see migrations/0005_shard_leases.sql)."""
+    """What one renewal period's statement answered (see migrations/0005_shard_leases.sql
+    and 0006_topics_version.sql)."""
 
     #: The database's clock when the round ran.
     db_now_ms: int
@@ -129,6 +130,9 @@ class LeaseRound:
     leases: Mapping[int, Lease]
     #: The live replicas and their advertised addresses.
     live: Mapping[str, str]
+    #: Moves whenever the topics change (migrations/0006_topics_version.sql): a replica
+    #: reloads its topics when it differs from the one it last loaded at.
+    topics_version: int = 0
 
 
 def lease_round_from_json(value: Mapping[str, object]) -> LeaseRound:
@@ -139,9 +143,12 @@ def lease_round_from_json(value: Mapping[str, object]) -> LeaseRound:
     assert isinstance(granted, dict) and isinstance(leases, list) and isinstance(live, list)
     db_now = value["now_ms"]
     assert isinstance(db_now, int)
+    topics_version = value.get("topics_version") or 0
+    assert isinstance(topics_version, int)
     return LeaseRound(
         db_now_ms=db_now,
         granted={int(shard): int(epoch) for shard, epoch in granted.items()},
         leases={int(s): Lease(int(s), str(o), int(e), int(x)) for s, o, e, x in leases},
         live={str(r): str(a) for r, a in live},
+        topics_version=topics_version,
     )

@@ -54,6 +54,9 @@ class MemoryDatabase:
         for on_notice in list(self.listeners.values()):
             on_notice(channel, sender)
 
+    #: Bumped by every topic change (cluster_settings 'topics_version' in Postgres).
+    topics_version: int = 0
+
 
 class MemoryStore:
     def __init__(self, replica_id: str = "memory", database: MemoryDatabase | None = None) -> None:
@@ -141,12 +144,14 @@ class MemoryStore:
             raise StoreConflict("topics_name_key", f"Topic name {topic.name!r} is taken")
         topics[topic.topic_id] = topic
         self.database.notify(TOPICS_CHANNEL, self.replica_id)
+        self.database.topics_version += 1
         self._committed()
 
     async def delete_topic(self, topic_id: str) -> None:
         self._reach()
         self.database.topics.pop(topic_id, None)
         self.database.notify(TOPICS_CHANNEL, self.replica_id)
+        self.database.topics_version += 1  # a statement-level trigger: even when nothing was deleted
         self._committed()
 
     async def shard_count(self, proposed: int) -> int:
@@ -168,7 +173,8 @@ class MemoryStore:
 
 
 def _lease_round(db: MemoryDatabase, request: LeaseRequest) -> LeaseRound:
-    """regroup_lease_round (migrations/0005_shard_leases.sql), statement for statement."""
+    """regroup_lease_round (migrations/0005_shard_leases.sql, 0006_topics_version.sql),
+    statement for statement."""
     replica_id, lease_ms = request.replica_id, request.lease_ms
     t = db.clock()
     expiry = t + lease_ms
@@ -198,6 +204,7 @@ def _lease_round(db: MemoryDatabase, request: LeaseRequest) -> LeaseRound:
         granted=dict(sorted(granted.items())),
         leases=dict(sorted(leases.items())),
         live={r: a for r, (a, until) in sorted(db.replicas.items()) if until > t},
+        topics_version=db.topics_version,
     )
 
 

@@ -15,8 +15,6 @@ here, reads through methods (`group`, `group_ids`, `image_for`).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
 from collections.abc import Collection, KeysView, Sequence
 
@@ -85,14 +83,13 @@ class Coordinator:
             leases or LeaseSettings(),
             on_acquired=self._take_shards,
             on_lost=self._drop_shards,
+            on_topics=self.topics.reload,
             log=self.log,
             on_round=self._keep_listening,
         )
         self.writer.fence_failed = self.writer.shards.owner_unknown = self.keeper.wake.set
         self._run_timers = run_timers
         self._stopped = False
-        self._topics_reload: asyncio.Task[None] | None = None
-        self._reload_again = False
 
     # -- the parts' state, read-only to callers ------------------------------------
 
@@ -184,48 +181,27 @@ class Coordinator:
     async def stop(self) -> None:
         self._stopped = True
         await self.keeper.stop(release=True)
-        reload, self._topics_reload = self._topics_reload, None
-        if reload is not None:
-            reload.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reload
         await self.scheduler.stop()
         await self.assigner.close()
 
     # -- notices from other replicas -----------------------------------------------
 
     def _on_notice(self, channel: str, sender: str) -> None:
-        if self._stopped or sender == self.store.replica_id:
-            return
-        if channel == LEASES_CHANNEL:
-            self.keeper.wake.set()  # released shards: take them now, not at the next period
-        elif channel == TOPICS_CHANNEL:
-            self.reload_topics_soon()
-
-    def reload_topics_soon(self) -> None:
-        """Reloads the topics in the background (once more if asked while reloading)."""
-        if self._topics_reload is not None and not self._topics_reload.done():
-            self._reload_again = True
-            return
-        self._topics_reload = asyncio.create_task(self._reload_topics(), name="regroup-topics")
-
-    async def _reload_topics(self) -> None:
-        while True:
-            self._reload_again = False
-            try:
-                await self.topics.reload()
-            except StoreUnavailable as e:
-                self.log.warning("topics_reload_failed", error=str(e))
-                self.keeper.wake.set()  # the next round listens again and catches up
-            if not self._reload_again:
-                return
+        """Another replica released shards or changed topics: the next lease round runs
+        at once instead of at its period. It takes the free shards, and its topics
+        version tells it to reload the topics (which it also does, later, if a notice
+        was lost)."""
+        if (
+            not self._stopped
+            and sender != self.store.replica_id
+            and channel in (LEASES_CHANNEL, TOPICS_CHANNEL)
+        ):
+            self.keeper.wake.set()
 
     async def _keep_listening(self) -> None:
-        """Before each lease round: listening again after a lost connection, then
-        catching up with the topics, since notices sent meanwhile were lost."""
+        """Before each lease round: listening again after a lost connection."""
         try:
-            if await self.store.listen(self._on_notice):
-                self.reload_topics_soon()
+            await self.store.listen(self._on_notice)
         except StoreUnavailable as e:
             self.log.warning("listen_failed", error=str(e))
 

@@ -133,31 +133,35 @@ class TopicAdmin:
         the real reason instead of a retriable one that would be retried forever."""
         self.log.warning("topic_write_conflict", topic=topic.name, constraint=e.constraint, error=str(e))
         try:
-            await self._reload()
+            changed = await self._load()
         except (StoreUnavailable, StoreConflict) as load_error:
             return CoordinatorNotAvailable(f"The store is unavailable: {load_error}")
+        if changed:
+            await self._refresh_groups(changed)
         if e.constraint == "topics_name_key":
             return TopicAlreadyExists(f"Topic '{topic.name}' already exists.")
         return UnknownServerError(f"The store refused topic '{topic.name}': {e}")
 
-    async def reload(self) -> list[str]:
-        """Learns the topics again from the store (another replica changed them) and
-        refreshes this replica's groups that subscribe to a changed one; returns the
-        names that changed. Each replica refreshes only the groups it serves, so a
-        change bumps every subscribed group once. Raises StoreUnavailable."""
+    async def reload(self) -> None:
+        """Learns the topics again from the store, where another replica changed them,
+        and refreshes the groups that subscribe to the ones that changed. Raises
+        StoreUnavailable (the lease keeper tries again in its next round)."""
         async with self._topic_lock:
-            return await self._reload()
+            changed = await self._load()
+        if changed:
+            self.log.info("topics_reloaded", changed=sorted(changed), topics=len(self.writer.image.by_id))
+            await self._refresh_groups(changed)
 
-    async def _reload(self) -> list[str]:
+    async def _load(self) -> set[str]:
+        """Replaces the topics image with the store's; returns the names that changed."""
         topics = await self.writer.store.load_topics()
         old = self.writer.image
+        new = TopicsImage(topics, version=old.version + 1)
         changed = {t.name for t in topics if old.by_name.get(t.name) != t}
-        changed.update(name for name in old.by_name if name not in {t.name for t in topics})
+        changed.update(name for name in old.by_name if name not in new.by_name)
         if changed:
-            self.writer.image = TopicsImage(topics, version=old.version + 1)
-            self.log.info("topics_reloaded", changed=sorted(changed))
-            await self._refresh_groups(changed)
-        return sorted(changed)
+            self.writer.image = new
+        return changed
 
     async def _after_topic_change(self, outcomes: Sequence[TopicOutcome]) -> None:
         changed = [o.topic.name for o in outcomes if o.error is None and o.topic is not None]

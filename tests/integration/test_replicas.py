@@ -236,3 +236,60 @@ async def test_the_client_follows_its_group_to_the_replica_that_serves_it(
             await asyncio.sleep(0.02)
         assert member.failure is None and listener.lost == 0
         assert member.member_epoch == epoch and member.assignment().partitions == assignment.partitions
+
+
+async def owning(members: list[WireMember], partitions: int, timeout_s: float = 10.0) -> None:
+    """Heartbeats the members until they own `partitions` partitions in all."""
+    deadline = time.monotonic() + timeout_s
+    while sum(len(m.partitions()) for m in members) != partitions:
+        assert time.monotonic() < deadline, [m.partitions() for m in members]
+        for member in members:
+            assert (await member.heartbeat()).error_code == common_pb2.NONE
+        await asyncio.sleep(0.05)
+
+
+async def test_topic_changes_made_through_one_replica_reach_the_groups_of_another(
+    start_service: ServiceFactory,
+) -> None:
+    a, b = await replicas(start_service, 2)
+    group = owned_by(b)
+    members = [WireMember(b.stubs.coordinator, group, f"m{i}", ["orders"]) for i in range(2)]
+    await converge(b.stubs, group, members)  # nothing to share yet
+    assert sum(len(m.partitions()) for m in members) == 0
+
+    await a.stubs.create_topic("orders", 2)
+    await owning(members, 2)
+    grown = await a.stubs.admin.CreatePartitions(
+        admin_pb2.CreatePartitionsRequest(
+            topics=[admin_pb2.CreatePartitionsRequest.Topic(name="orders", count=4)]
+        )
+    )
+    assert grown.topics[0].error_code == common_pb2.NONE
+    await owning(members, 4)
+    deleted = await a.stubs.admin.DeleteTopics(admin_pb2.DeleteTopicsRequest(names=["orders"]))
+    assert deleted.topics[0].error_code == common_pb2.NONE
+    await owning(members, 0)
+    assert "orders" not in b.coordinator.image.by_name
+
+
+async def test_a_takeover_keeps_the_partitions_of_a_topic_created_through_the_old_owner(
+    start_service: ServiceFactory,
+) -> None:
+    a, b = await replicas(start_service, 2)
+    group = owned_by(b)
+    await b.stubs.create_topic("orders", 4)
+    members = [WireMember(b.stubs.coordinator, group, f"m{i}", ["orders"]) for i in range(2)]
+    await owning(members, 4)
+    await converge(b.stubs, group, members)
+    epochs, owned = [m.epoch for m in members], [m.partitions() for m in members]
+
+    await b.server.stop()  # a takes the group over: with the topic, not without it
+    for member in members:
+        member.stub = a.stubs.coordinator
+    deadline = time.monotonic() + 10
+    while (await members[0].heartbeat()).error_code != common_pb2.NONE:
+        assert time.monotonic() < deadline, members[0].last
+        await asyncio.sleep(0.05)
+    for member in members:
+        assert (await member.heartbeat()).error_code == common_pb2.NONE
+    assert [m.epoch for m in members] == epochs and [m.partitions() for m in members] == owned

@@ -277,6 +277,24 @@ async def test_a_lease_round_acquires_free_shards_and_renews_at_its_epoch(new_st
     assert renewed.leases[0].expires_at_ms >= first.leases[0].expires_at_ms
 
 
+async def test_a_lease_round_tells_when_the_topics_changed(new_store: NewStore) -> None:
+    a, b = await new_store("a"), await new_store("b")
+
+    async def version() -> int:
+        return (await b.lease_round(LeaseRequest("b", "b:1", 60_000, {}, [], []))).topics_version
+
+    seen = [await version()]
+    topic = Topic(str(uuid.uuid4()), "orders", 2)
+    await a.put_topic(topic)  # created, grown, deleted through another replica
+    seen.append(await version())
+    await a.put_topic(Topic(topic.topic_id, "orders", 4))
+    seen.append(await version())
+    assert await version() == seen[-1]  # nothing changed since
+    await a.delete_topic(topic.topic_id)
+    seen.append(await version())
+    assert seen == sorted(set(seen)), seen
+
+
 async def test_released_and_expired_leases_are_free(new_store: NewStore) -> None:
     a, b = await new_store("a"), await new_store("b")
     held = await a.lease_round(LeaseRequest("a", "a:1", 60_000, {}, [], [0, 1]))

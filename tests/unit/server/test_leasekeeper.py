@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 import structlog
 
-from regroup.reconciler import GroupConfig
+from regroup.reconciler import GroupConfig, Topic
 from regroup.reconciler.errors import CoordinatorNotAvailable, NotCoordinator
 from regroup.server.clock import ManualClock
 from regroup.server.leasekeeper import LeaseKeeper, LeaseSettings
 from regroup.server.leases import fair_share
 from regroup.server.memstore import MemoryDatabase, MemoryStore
 from regroup.server.shards import LeaseNotTrusted, ShardTable
+from regroup.server.store import StoreUnavailable
 
 SHARDS = 12
 LEASE_MS = 10_000
@@ -196,6 +197,52 @@ async def test_a_lost_database_lets_trust_run_out_then_renews(
     await a.keeper.round()
     assert {s: h.owner_epoch for s, h in a.table.held.items()} == epochs
     assert a.serving(clock.monotonic_ms()) == set(range(SHARDS)) and a.lost == []
+
+
+async def test_the_topics_are_loaded_again_when_another_replica_changed_them(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    calls: list[str] = []
+    failing = [False]
+    table = ShardTable("a")
+
+    async def topics() -> None:
+        calls.append("topics")
+        if failing[0]:
+            raise StoreUnavailable("down")
+
+    async def acquired(shards: Sequence[int]) -> None:
+        calls.append("acquired")
+        for shard in shards:
+            table.held[shard].loaded = True
+
+    async def lost(shards: Sequence[int]) -> None:
+        pass
+
+    keeper = LeaseKeeper(
+        MemoryStore("a", database),
+        table,
+        clock,
+        SETTINGS,
+        on_acquired=acquired,
+        on_lost=lost,
+        on_topics=topics,
+        log=structlog.get_logger("test"),
+    )
+    await keeper.start(run=False)
+    # Once at the first round (the start's load may be older), before any shard is loaded.
+    assert calls == ["topics", "acquired"]
+    calls.clear()
+    await keeper.round()
+    assert calls == []
+    other = MemoryStore("b", database)
+    await other.put_topic(Topic("00000000-0000-0000-0000-000000000001", "orders", 2))
+    failing[0] = True
+    await keeper.round()
+    failing[0] = False
+    await keeper.round()  # the failed load is tried again
+    await keeper.round()
+    assert calls == ["topics", "topics"]
 
 
 # -- the runtime: takeover loads groups and restarts their sessions -------------------
