@@ -7,7 +7,7 @@ PROTO_OUT := clients/python/src
 PROTOS := $(wildcard proto/regroup/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: setup run migrate proto proto-check proto-lint proto-baseline lint typecheck test test-unit test-integration helm-lint bench fmt clean
+.PHONY: setup run run-cluster migrate proto proto-check proto-lint proto-baseline lint typecheck test test-unit test-integration helm-lint bench fmt clean
 
 setup: $(STAMP)
 
@@ -20,6 +20,11 @@ $(STAMP): requirements/dev.txt pyproject.toml clients/python/pyproject.toml
 ## Runs the service on 127.0.0.1:50051; without DATABASE_URL it keeps an embedded Postgres under .regroup/.
 run: $(STAMP)
 	$(PY) -m regroup.server
+
+## Three replicas on one embedded Postgres (127.0.0.1:50051, :50052, :50053), for trying failover
+## by hand (README.md, "Trying failover"); Ctrl-C stops them all.
+run-cluster: $(STAMP)
+	$(PY) -m regroup.server cluster
 
 ## Applies the SQL migrations in migrations/ to DATABASE_URL (or the embedded Postgres).
 migrate: $(STAMP)

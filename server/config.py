@@ -113,6 +113,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{field.replace('_', '-')}", dest=field, default=None, help=f"(env {env})")
 
 
+def flag_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The flags given on the command line, as the environment variables they stand for
+    (so that processes started with that environment read the same settings)."""
+    given = {env: getattr(args, field, None) for field, env in _ENV.items()}
+    return {env: str(value) for env, value in given.items() if value is not None}
+
+
 def load_settings(env: Mapping[str, str], args: argparse.Namespace | None = None) -> Settings:
     raw: dict[str, str] = {}
     for field, name in _ENV.items():

@@ -1,4 +1,7 @@
-"""Command line: `python -m regroup.server [serve|migrate] [--flags]`."""
+"""Command line: `python -m regroup.server [serve|migrate|cluster] [--flags]`.
+
+`cluster` runs several replicas on one Postgres, to try failover by hand (server/cluster.py).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +11,19 @@ import contextlib
 import gc
 import signal
 import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import structlog
 
 from .app import RegroupServer, find_migrations, resolve_database_url, run_migrations
-from .config import ConfigError, Settings, add_arguments, settings_from_environment
+from .cluster import DEFAULT_REPLICAS, run_cluster
+from .config import ConfigError, Settings, add_arguments, flag_environment, settings_from_environment
 from .logs import configure_logging
 from .migrate import MigrationError
 from .store import StoreUnavailable
+
+T = TypeVar("T")
 
 
 async def _serve(settings: Settings) -> None:
@@ -49,18 +57,23 @@ async def _migrate(settings: Settings) -> None:
     structlog.get_logger("regroup").info("migrations_applied", migrations=applied)
 
 
-def _run(coro_factory: object) -> None:
+def _run(coro: Coroutine[Any, Any, T]) -> T:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is optional off Linux
-        asyncio.run(coro_factory)  # type: ignore[arg-type]
-    else:
-        uvloop.run(coro_factory)  # type: ignore[arg-type]
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="regroup-server", description="regroup group coordinator")
-    parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
+    parser.add_argument("command", nargs="?", choices=["serve", "migrate", "cluster"], default="serve")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=DEFAULT_REPLICAS,
+        help="cluster: how many replicas, on consecutive ports from --listen",
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -68,8 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"regroup: configuration error: {e}", file=sys.stderr)
         return 2
+    if args.replicas < 1:
+        print("regroup: --replicas must be at least 1", file=sys.stderr)
+        return 2
     configure_logging(settings.log_level)
     try:
+        if args.command == "cluster":
+            return _run(run_cluster(settings, flag_environment(args), args.replicas))
         _run(_migrate(settings) if args.command == "migrate" else _serve(settings))
     except StoreUnavailable as e:
         print(f"regroup: {e}", file=sys.stderr)
