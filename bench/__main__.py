@@ -12,7 +12,7 @@ import time
 
 from bench.report import cpu_times, figure, steal_percent
 
-BENCHMARKS = ("steady", "convergence", "assignors", "stall", "memory", "steps", "regex")
+BENCHMARKS = ("steady", "convergence", "assignors", "stall", "memory", "steps", "regex", "replicas")
 
 
 def main() -> None:

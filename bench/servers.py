@@ -45,6 +45,9 @@ class ServerProcess:
     def rss_bytes(self) -> int:
         return int(psutil.Process(self.proc.pid).memory_info().rss)
 
+    def wait_listening(self, timeout: float = 60) -> None:
+        _wait_port(self.port, self.proc, self.log, timeout)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -77,14 +80,16 @@ def _die_with_parent() -> None:
         pass
 
 
-def _spawn(args: list[str], env: dict[str, str], port: int, name: str) -> ServerProcess:
+def _spawn(args: list[str], env: dict[str, str], port: int, name: str, wait: bool = True) -> ServerProcess:
     log = Path(tempfile.mkstemp(prefix=f"regroup-bench-{name}-", suffix=".log")[1])
     with log.open("wb") as out:
         proc = subprocess.Popen(
             args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=_die_with_parent
         )
-    _wait_port(port, proc, log)
-    return ServerProcess(proc, port, log)
+    server = ServerProcess(proc, port, log)
+    if wait:
+        server.wait_listening()
+    return server
 
 
 def start_bare(loop: str = "uvloop", accept_depth: int | None = None) -> ServerProcess:
@@ -98,14 +103,16 @@ def start_bare(loop: str = "uvloop", accept_depth: int | None = None) -> ServerP
     return _spawn(args, env, port, f"bare-{loop}")
 
 
-def start_coordinator(dsn: str, **settings: Any) -> ServerProcess:
-    """regroup on `dsn`; settings are REGROUP_* variables without the prefix (session_timeout_ms=...)."""
-    port = free_port()
+def start_coordinator(dsn: str, port: int | None = None, wait: bool = True, **settings: Any) -> ServerProcess:
+    """regroup on `dsn`; settings are REGROUP_* variables without the prefix (session_timeout_ms=...).
+    Without `wait` it returns at once (`wait_listening()` then waits), so that replicas start together."""
+    port = port or free_port()
     env = dict(os.environ)
     env.update(DATABASE_URL=dsn, REGROUP_LISTEN=f"127.0.0.1:{port}", REGROUP_LOG_LEVEL="warning")
     env.update(PYTHONUNBUFFERED="1")  # so that a failing server's last words reach its log
     env.update({f"REGROUP_{k.upper()}": str(v) for k, v in settings.items()})
-    server = _spawn([sys.executable, "-m", "regroup.server"], env, port, "coordinator")
+    name = str(settings.get("replica_id", "coordinator"))
+    server = _spawn([sys.executable, "-m", "regroup.server"], env, port, name, wait)
     server.dsn = dsn
     return server
 
@@ -146,6 +153,11 @@ class BenchPostgres:
         from tests.support.pg import dsn_for
 
         return dsn_for(self.base_dsn, name)
+
+    @property
+    def log_path(self) -> Path:
+        """The server's own log (pg_ctl's), where `log_statement` writes."""
+        return Path(self._server.log)
 
     def disable_autovacuum(self) -> None:
         """Switches Postgres' autovacuum daemon off. Even with nothing to clean,

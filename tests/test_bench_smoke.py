@@ -91,3 +91,19 @@ def test_stall_quiet_phases_compare_only_phases_taken_on_a_quiet_host() -> None:
     idle, busy, ratio = quiet_phases([5.0, 40.0, 6.0], [0.4, 12.0, 1.1], [8.0, 9.0, 60.0], [None, 1.9, 9.0])
     assert (idle, busy, ratio) == ([5.0, 6.0], [9.0], 9.0 / 5.5)
     assert quiet_phases([5.0], [0.5], [7.0], [3.0]) == ([5.0], [], None)
+
+
+def test_replicas_smoke() -> None:
+    from bench import replicas
+
+    summary = replicas.main(["--quick"])
+    # Counts, not timings: a failover and a handover ran, neither moved a partition, and
+    # heartbeats that change nothing made Postgres run no statement and write no row.
+    assert (summary["failover_trials"], summary["handover_trials"]) == (1, 1)
+    assert summary["rebalances"] == 0
+    assert summary["heartbeats"] > 0
+    assert summary["heartbeat_statements"] == 0
+    assert summary["heartbeat_write_transactions"] == 0
+    assert summary["writes_per_heartbeat"] == 0
+    assert summary["idle_lease_rounds_per_s"] > 0
+    assert summary["forward_ratio"] > 0
