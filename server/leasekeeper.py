@@ -42,6 +42,9 @@ QUICK_ROUND_MS = 50
 QUICK_ROUNDS = 4
 #: Rounds `start()` runs before serving (the first one only reads the leases).
 START_ROUNDS = 4
+#: A round meant for another replica's lease expiry runs this long after it (by this
+#: replica's clock), so that the database's clock has passed it too.
+EXPIRY_SLACK_MS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +93,12 @@ class LeaseKeeper:
         self._on_round = on_round
         self._on_topics = on_topics
         self.log = log
-        #: The last round's answer (None before the first).
+        #: The last round's answer (None before the first), and when it came (monotonic ms).
         self.view: LeaseRound | None = None
         #: The topics version `on_topics` last loaded at (None: not yet, so the first
         #: round loads them again, as they may have changed since the start loaded them).
         self.topics_version: int | None = None
+        self._view_at_ms = 0
         #: Lease rounds sent, and those that failed (for tests and benchmarks).
         self.rounds = 0
         self.failed_rounds = 0
@@ -164,6 +168,7 @@ class LeaseKeeper:
             self.log.warning("lease_round_failed", error=str(e), held=len(held))
             return False
         self.view = answer
+        self._view_at_ms = self.clock.monotonic_ms()
         until = valid_until(sent_ms, self.settings.lease_ms, self.settings.margin_ms)
         lost = [s for s in held if s not in answer.granted or answer.granted[s] != held[s].owner_epoch]
         if lost:
@@ -207,6 +212,32 @@ class LeaseKeeper:
         following = self.next_plan()
         return bool(following.acquire or following.release)
 
+    def next_round_ms(self, last_ms: int) -> int:
+        """When the round after one sent at `last_ms` is due (monotonic ms): a renewal
+        period later, or as soon as a lease this replica does not hold expires, if that
+        is sooner.
+
+        A live owner renews its leases long before they expire (a renewal period is at most
+        half a lease), so the second happens only when their owner stopped renewing: it
+        died, or lost the database. Its shards are then taken over at the lease's expiry
+        rather than up to a renewal period after it (found by bench/replicas.py).
+        """
+        due = last_ms + self.settings.renew_ms
+        view, held = self.view, self.table.held
+        if view is None:
+            return due
+        expiries = [
+            lease.expires_at_ms
+            for shard, lease in view.leases.items()
+            if shard not in held and not lease.expired(view.db_now_ms)
+        ]
+        if not expiries:
+            return due
+        # The database read its clock before the answer came: the expiry, mapped onto this
+        # replica's clock from the answer's arrival, falls after the real one, never before.
+        expiry = self._view_at_ms + min(expiries) - view.db_now_ms + EXPIRY_SLACK_MS
+        return max(last_ms + QUICK_ROUND_MS, min(due, expiry))
+
     async def _drop(self, shards: Sequence[int]) -> None:
         for shard in shards:
             self.table.held.pop(shard, None)
@@ -222,9 +253,9 @@ class LeaseKeeper:
                 self.log.exception("lease_round_crashed")
                 again = False
             quick = quick + 1 if again and quick < QUICK_ROUNDS else 0
-            delay = QUICK_ROUND_MS if quick else self.settings.renew_ms
+            due = last + QUICK_ROUND_MS if quick else self.next_round_ms(last)
             self.wake.clear()
-            await self.clock.sleep_until(last + delay, self.wake)
+            await self.clock.sleep_until(due, self.wake)
             if self.wake.is_set() and not self._stopping:
                 # Woken early (a refused write, an unknown owner, a release elsewhere):
                 # still no more than one round per QUICK_ROUND_MS, however many ask.

@@ -4,6 +4,7 @@ monotonic reading, so a test moves every clock at once and decides every round."
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -14,7 +15,14 @@ import structlog
 from regroup.reconciler import GroupConfig, Topic
 from regroup.reconciler.errors import CoordinatorNotAvailable, NotCoordinator
 from regroup.server.clock import ManualClock
-from regroup.server.leasekeeper import LeaseKeeper, LeaseSettings
+from regroup.server.leasekeeper import (
+    EXPIRY_SLACK_MS,
+    QUICK_ROUND_MS,
+    QUICK_ROUNDS,
+    START_ROUNDS,
+    LeaseKeeper,
+    LeaseSettings,
+)
 from regroup.server.leases import fair_share
 from regroup.server.memstore import MemoryDatabase, MemoryStore
 from regroup.server.shards import LeaseNotTrusted, ShardTable
@@ -130,6 +138,37 @@ async def test_a_dead_replicas_shards_are_taken_only_after_its_lease_expires(
     await settle([b], rounds=3)
     assert sorted(b.table.held) == list(range(SHARDS))
     assert all(lease.owner == "b" for lease in database.shard_leases.values())
+
+
+async def _yield(times: int = 50) -> None:
+    for _ in range(times):
+        await asyncio.sleep(0)
+
+
+async def test_a_dead_replicas_shards_are_taken_at_its_leases_expiry_not_a_renewal_later(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    a, b = Replica("a", database, clock), Replica("b", database, clock)
+    await a.keeper.start(run=False)
+    expiry = max(lease.expires_at_ms for lease in database.shard_leases.values())
+    # a dies now (no release); b renews on its own, a moment later: its renewals fall at
+    # +1, +3001, +6001, +9001, +12001 ms, so a's leases expire 2 s before its next one.
+    clock.advance(1)
+    await b.keeper.start(run=True)
+    try:
+        while clock.wall_ms() < expiry + 200:
+            clock.advance(10)
+            await _yield()
+            if b.table.held:
+                break
+        assert sorted(b.table.held) == list(range(SHARDS))
+        # Taken right after the expiry (the round there sees it expired, a quick round
+        # follows and acquires), not at b's next renewal 2 s later.
+        assert clock.wall_ms() - expiry <= EXPIRY_SLACK_MS + QUICK_ROUND_MS + 20
+        # While a was alive, b's rounds kept their period: its leases were far from expiry.
+        assert b.keeper.rounds <= START_ROUNDS + 4 + QUICK_ROUNDS
+    finally:
+        await b.keeper.stop(release=False)
 
 
 async def test_a_paused_owner_stops_answering_before_its_lease_can_be_taken(
