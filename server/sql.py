@@ -120,6 +120,8 @@ TOPICS_CHANNEL = "regroup_topics"
 #: Shards were released: replicas run a lease round at once instead of at their next period.
 LEASES_CHANNEL = "regroup_leases"
 NOTIFY = "SELECT pg_notify($1, $2)"
+#: Not a channel: what a store tells its listener when the listening connection was lost.
+LISTEN_LOST = ""
 
 # -- shards and leases (migrations/0005_shard_leases.sql) ---------------------
 

@@ -713,10 +713,15 @@ class PostgresStore:
         def deliver(_conn: Any, _pid: int, channel: str, payload: object) -> None:
             on_notice(channel, str(payload))
 
+        def lost(_conn: Any) -> None:
+            # Notices sent from now on would be missed: the caller listens again soon.
+            on_notice(sql.LISTEN_LOST, "")
+
         try:
             conn = await asyncpg.connect(self.dsn, timeout=self.close_timeout_s)
             for channel in (sql.TOPICS_CHANNEL, sql.LEASES_CHANNEL):
                 await conn.add_listener(channel, deliver)
+            conn.add_termination_listener(lost)
         except DATABASE_ERRORS as e:
             raise _database_error(e) from e
         if self._closing:

@@ -163,3 +163,24 @@ async def test_step_writes_survive_a_lost_connection_and_run_concurrently(databa
     finally:
         await store.close()
     assert [groups[g].members["m"].member_epoch for g in ("g0", "g1", "g2", "g3")] == [3 + failures, 2, 2, 2]
+
+
+async def test_a_lost_listening_connection_is_reported_and_listened_again(database: str) -> None:
+    store = await PostgresStore.connect(database, "r1")
+    heard: list[tuple[str, str]] = []
+    try:
+        assert await store.listen(lambda channel, sender: heard.append((channel, sender)))
+        observer = await asyncpg.connect(database)
+        try:
+            await observer.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+            )
+        finally:
+            await observer.close()
+        async with asyncio.timeout(5):
+            while ("", "") not in heard:  # sql.LISTEN_LOST
+                await asyncio.sleep(0.01)
+        assert await store.listen(lambda channel, sender: heard.append((channel, sender)))  # again
+    finally:
+        await store.close()
