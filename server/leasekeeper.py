@@ -247,6 +247,9 @@ class LeaseKeeper:
         quick = 0
         while not self._stopping:
             last = self.clock.monotonic_ms()
+            # Cleared before the round, not after: a wake that comes while the round runs
+            # (a release noticed as it was sent) must still cause another round.
+            self.wake.clear()
             try:
                 again = await self.round()
             except Exception:
@@ -254,7 +257,6 @@ class LeaseKeeper:
                 again = False
             quick = quick + 1 if again and quick < QUICK_ROUNDS else 0
             due = last + QUICK_ROUND_MS if quick else self.next_round_ms(last)
-            self.wake.clear()
             await self.clock.sleep_until(due, self.wake)
             if self.wake.is_set() and not self._stopping:
                 # Woken early (a refused write, an unknown owner, a release elsewhere):

@@ -5,6 +5,7 @@ monotonic reading, so a test moves every clock at once and decides every round."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -357,3 +358,42 @@ def test_trust_is_read_on_a_clock_that_counts_suspension(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(clock.time, "clock_gettime_ns", clock_gettime_ns)
     assert clock.SystemClock().monotonic_ms() == 7 and read == [time.CLOCK_BOOTTIME]
+
+
+async def test_a_wake_that_comes_during_a_round_causes_another_round(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    """A release noticed while this replica's round is in flight must not be lost:
+    the round after it runs at once (after the least gap), not at the renewal period."""
+    a = Replica("a", database, clock)
+    await a.keeper.start(run=False)
+    original = a.store.lease_round
+    sent, proceed = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: Any) -> Any:
+        sent.set()
+        await proceed.wait()
+        return await original(request)
+
+    a.store.lease_round = slow  # type: ignore[method-assign]
+    loop = asyncio.create_task(a.keeper._run())
+    try:
+        await asyncio.wait_for(sent.wait(), 5)
+        a.store.lease_round = original  # type: ignore[method-assign]
+        rounds = a.keeper.rounds
+        a.keeper.wake.set()  # noticed while the round waits for the database
+        proceed.set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        clock.advance(QUICK_ROUND_MS)  # the least gap between rounds; far below the renewal period
+        for _ in range(50):
+            if a.keeper.rounds > rounds:
+                break
+            await asyncio.sleep(0)
+        assert a.keeper.rounds == rounds + 1
+    finally:
+        a.keeper._stopping = True
+        a.keeper.wake.set()
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
