@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from regroup.client import GroupAdmin, GroupMember, MemberOptions, RegroupError, TopicPartition
-from regroup.v1 import common_pb2
+from regroup.v1 import common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
 
@@ -30,10 +30,19 @@ class Tap(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         self.drop_responses = 0  # the server answers, the member never sees it
         self.unavailable = False  # calls fail before reaching the server
         self.rewrite: Callable[[Any], None] | None = None
+        self.refuse_leaves = 0  # leaves answered COORDINATOR_NOT_AVAILABLE (a failover) before the server
+        self.hang: Callable[[Any], bool] | None = None  # requests whose call never returns
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         if self.unavailable:
             raise _rpc_error(grpc.StatusCode.UNAVAILABLE, "tap: unavailable")
+        if self.refuse_leaves and getattr(request, "member_epoch", 0) < 0:
+            self.refuse_leaves -= 1
+            self.requests.append(request)
+            return _heartbeat_response(common_pb2.COORDINATOR_NOT_AVAILABLE)
+        if self.hang is not None and self.hang(request):
+            self.requests.append(request)
+            await asyncio.Event().wait()
         if self.rewrite is not None:
             request = type(request).FromString(request.SerializeToString())
             self.rewrite(request)
@@ -44,6 +53,10 @@ class Tap(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
             self.drop_responses -= 1
             raise _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "tap: response dropped")
         return response
+
+
+def _heartbeat_response(code: int) -> Any:
+    return coordinator_pb2.ConsumerGroupHeartbeatResponse(error_code=code, error_message="tap: moving")
 
 
 def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -252,6 +265,46 @@ async def test_unreachable_coordinator_keeps_partitions_until_the_session_would_
     tap.unavailable = False
     held = await fleet.converged(12)
     assert sorted(len(p) for p in held.values()) == [6, 6]
+    fleet.registry.assert_safe()
+
+
+async def test_a_leave_refused_by_a_moving_coordinator_is_sent_again(fleet: Fleet) -> None:
+    """A leave answered COORDINATOR_NOT_AVAILABLE (its group's shard changing hands) is
+    retried until taken: the member is gone at once, not after its session timeout."""
+    tap = Tap()
+    await fleet.add("m0", tap=tap)
+    await fleet.add("m1")
+    await fleet.converged(12)
+    tap.refuse_leaves = 2
+    await fleet.remove("m0")
+    leaves = [r for r in tap.requests if r.member_epoch == -1]
+    assert len(leaves) == 3 and tap.refuse_leaves == 0
+    group = await fleet.service.stubs.describe(fleet.group)
+    assert [m.client_id for m in group.members] == ["m1"]
+    held = await fleet.converged(12, timeout=1.0)  # well inside the 1.5 s session of m0
+    assert len(held["m1"]) == 12
+
+
+async def test_close_returns_while_a_revocation_waits_for_its_acknowledgement(fleet: Fleet) -> None:
+    """close() while the heartbeat that acknowledges a revocation is still in flight (it
+    never comes back) stops that heartbeat and returns: nobody waits for the ack for ever."""
+    tap = Tap()
+    member = await fleet.add("m0", tap=tap)
+    await fleet.converged(12)
+    # The acknowledgement of the revocation that m1's join starts: fewer than 12 owned.
+    tap.hang = lambda r: (
+        r.member_epoch > 0
+        and r.HasField("topic_partitions")
+        and sum(len(t.partitions) for t in r.topic_partitions.topics) < 12
+    )
+    await fleet.add("m1")
+    async with asyncio.timeout(10):
+        while not any(tap.hang(r) for r in tap.requests):
+            await asyncio.sleep(0.02)
+    async with asyncio.timeout(5):
+        await fleet.remove("m0")
+    assert member.assignment().partitions == frozenset()
+    assert fleet.registry.count("m0", "lost") == 0
     fleet.registry.assert_safe()
 
 

@@ -49,6 +49,14 @@ log = logging.getLogger("regroup.client")
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+#: What a leave is sent again after: the coordinator is moving or loading the group.
+LEAVE_RETRIABLE_CODES = frozenset(
+    {
+        common_pb2.COORDINATOR_NOT_AVAILABLE,
+        common_pb2.NOT_COORDINATOR,
+        common_pb2.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
 
 Request = coordinator_pb2.ConsumerGroupHeartbeatRequest
 Response = coordinator_pb2.ConsumerGroupHeartbeatResponse
@@ -382,15 +390,16 @@ class GroupMember:
         if self._owns_channel:
             await self._channel.close()
 
-    async def _group_call(self, rpc: str, request: Any) -> Any:
+    async def _group_call(self, rpc: str, request: Any, seconds: float | None = None) -> Any:
         """A call of the member's group other than the heartbeat, at the group's coordinator:
         it follows NOT_COORDINATOR and leaves an unreachable followed address, backing off
-        in between, within request_timeout_ms in all. Other answers come back as they are."""
+        in between, within `seconds` (request_timeout_ms) in all. Other answers come
+        back as they are."""
         options = self._options
         steps = routed(
             self._router,
             single("coordinator", rpc, self._group_id, request),
-            timeout=options.request_timeout_ms / 1000,
+            timeout=options.request_timeout_ms / 1000 if seconds is None else seconds,
             backoff_ms=options.retry_backoff_ms,
             backoff_max_ms=options.retry_backoff_max_ms,
         )
@@ -456,6 +465,11 @@ class GroupMember:
         try:
             with span("regroup.heartbeat", group_id=self._group_id, member_epoch=request.member_epoch):
                 response = await getattr(endpoint.coordinator, self._wire.rpc)(request, timeout=timeout)
+        except asyncio.CancelledError:
+            # close() stops the heartbeats: whoever waits for this acknowledgement (a
+            # revocation in the reconciliation task) must not wait for ever.
+            self._resolve(flushes, False)
+            raise
         except grpc.aio.AioRpcError as err:
             if err.code() not in RETRIABLE_STATUSES:
                 self._fail(
@@ -648,17 +662,46 @@ class GroupMember:
         if self._instance_id is not None:
             request.instance_id = self._instance_id
         with span("regroup.leave", group_id=self._group_id, member_epoch=epoch):
-            try:
-                response = await self._group_call(self._wire.rpc, request)
-            except grpc.aio.AioRpcError as err:
-                # The session timeout removes the member anyway.
-                log.warning("leave of %s failed (%s)", self._member_id, err.code().name)
-                return
+            response = await self._send_leave(request)
+        if response is None:
+            return
         if response.error_code != common_pb2.NONE:
             log.warning("leave of %s refused: %s", self._member_id, error_name(response.error_code))
         self._epoch = epoch
         self._notify()
         log.info("member %s left group %s with epoch %d", self._member_id, self._group_id, epoch)
+
+    async def _send_leave(self, request: Any) -> Any:
+        """Sends the leave until the coordinator takes it, retrying what a failover or an
+        unreachable replica answers, while the member's session lives: a leave that is
+        given up leaves the member in the group, holding its partitions for nobody, until
+        its session times out. None when it was given up (the session timeout then
+        removes the member)."""
+        options = self._options
+        deadline = self._clock() + options.request_timeout_ms / 1000
+        if self._session_timeout_ms:
+            deadline = max(deadline, self._session_expiry())
+        failures = 0
+        while True:
+            remaining = deadline - self._clock()
+            try:
+                response = await self._group_call(self._wire.rpc, request, max(0.05, remaining))
+            except grpc.aio.AioRpcError as err:
+                if err.code() not in RETRIABLE_STATUSES:
+                    log.warning("leave of %s failed (%s)", self._member_id, err.code().name)
+                    return None
+                outcome = err.code().name
+            else:
+                if response.error_code not in LEAVE_RETRIABLE_CODES:
+                    return response
+                outcome = error_name(response.error_code)
+            failures += 1
+            delay = backoff_s(failures, options.retry_backoff_ms, options.retry_backoff_max_ms)
+            if self._clock() + delay >= deadline:
+                log.warning("leave of %s given up (%s)", self._member_id, outcome)
+                return None
+            log.info("leave of %s not taken (%s), retrying", self._member_id, outcome)
+            await asyncio.sleep(delay)
 
     async def _stop_tasks(self) -> None:
         """Stops heartbeating, then lets the reconciliation finish the callback it is in."""
