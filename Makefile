@@ -7,7 +7,7 @@ PROTO_OUT := clients/python/src
 PROTOS := $(wildcard proto/regroup/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: setup run run-cluster migrate proto proto-check proto-lint proto-baseline lint typecheck test test-unit test-integration helm-lint bench fmt clean
+.PHONY: setup run run-cluster migrate proto proto-check proto-lint proto-baseline lint typecheck test test-unit test-integration helm-lint bench chaos fmt clean
 
 setup: $(STAMP)
 
@@ -66,6 +66,13 @@ helm-lint: $(STAMP)
 ## Benchmarks (docs/benchmarks.md): quick by default, the full grid with BENCH=full.
 bench: $(STAMP)
 	$(PY) -m bench $(if $(filter full,$(BENCH)),--full,)
+
+## The chaos test of make test for longer (docs/benchmarks.md, 9.): CHAOS_SECONDS (300) of replica
+## kills, pauses and restarts; CHAOS_SEED repeats a run's choice of faults. Its report line goes to bench/results/chaos.jsonl.
+CHAOS_SECONDS ?= 300
+chaos: $(STAMP)
+	REGROUP_CHAOS_SECONDS=$(CHAOS_SECONDS) $(if $(CHAOS_SEED),REGROUP_CHAOS_SEED=$(CHAOS_SEED),) \
+		REGROUP_CHAOS_RESULTS=bench/results/chaos.jsonl $(PY) -m pytest -q -s tests/chaos
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -1,0 +1,438 @@
+"""The chaos harness: replica processes on one Postgres, groups of real client members,
+faults injected at random, and the safety checks that must hold throughout.
+
+Replicas are `python -m regroup.server` processes (replica-1..3) on one database. Members
+are `regroup.client.GroupMember`s in this process, each bootstrapped at one replica (in
+turn), half of them asking FindCoordinator first. Every heartbeat answer passes through an
+interceptor that checks it, and every listener callback through an ownership registry.
+
+Faults, one at a time, at random moments:
+- kill: SIGKILL of a replica; it stays down a moment, then starts again. The others take its
+  shards once its lease expires.
+- pause: SIGSTOP, then SIGCONT after a pause that is sometimes longer than the lease (a
+  stalled zombie: its shards are taken over while it sleeps, and it must not answer for them
+  once it wakes).
+- restart: SIGTERM (a graceful stop hands the shards over at once), then a new start.
+Beside the faults, members leave (close) and new ones join, so that partitions move while
+replicas fail.
+
+Checked:
+- after every heartbeat answer and every callback: no partition held by two members;
+- no member fenced (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), none lost
+  its partitions (on_partitions_lost), no acknowledged member epoch went backwards;
+- at the end, with every replica up again: every group Stable at its target, every
+  partition of its topic owned by exactly one member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from regroup.client import GroupMember, MemberOptions, TopicPartition
+from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2
+from tests.support.ownership import OwnershipRegistry
+
+FENCING = {common_pb2.FENCED_MEMBER_EPOCH, common_pb2.UNKNOWN_MEMBER_ID, common_pb2.STALE_MEMBER_EPOCH}
+
+
+@dataclass(frozen=True)
+class ChaosSettings:
+    """What one run does; REGROUP_CHAOS_SECONDS and REGROUP_CHAOS_SEED override."""
+
+    seconds: float = 40.0
+    seed: int = 0
+    replicas: int = 3
+    groups: int = 5
+    members_per_group: int = 3
+    partitions: int = 12
+    lease_ms: int = 2_000
+    heartbeat_interval_ms: int = 300
+    # Long enough to outlive a failover and a pause, so that any fencing is the coordinator's fault.
+    session_timeout_ms: int = 25_000
+    # A call to a stalled replica is given up after this, and retried elsewhere.
+    request_timeout_ms: int = 3_000
+    # From the last fault until every group must be Stable at its target.
+    converge_s: float = 30.0
+
+    @classmethod
+    def from_environment(cls) -> ChaosSettings:
+        seconds = float(os.environ.get("REGROUP_CHAOS_SECONDS", cls.seconds))
+        seed = int(os.environ.get("REGROUP_CHAOS_SEED", random.randrange(1 << 31)))
+        return cls(seconds=seconds, seed=seed)
+
+
+class Replica:
+    """One `python -m regroup.server` process, started again as often as a fault asks."""
+
+    def __init__(self, name: str, port: int, dsn: str, settings: ChaosSettings, logs: Path) -> None:
+        self.name = name
+        self.address = f"127.0.0.1:{port}"
+        self.port = port
+        self._env = {k: v for k, v in os.environ.items() if not k.startswith("REGROUP_")}
+        self._env.update(
+            DATABASE_URL=dsn,
+            REGROUP_LISTEN=self.address,
+            REGROUP_REPLICA_ID=name,
+            REGROUP_LEASE_MS=str(settings.lease_ms),
+            REGROUP_HEARTBEAT_INTERVAL_MS=str(settings.heartbeat_interval_ms),
+            REGROUP_SESSION_TIMEOUT_MS=str(settings.session_timeout_ms),
+            REGROUP_ASSIGNMENT_INTERVAL_MS="0",
+            REGROUP_SHUTDOWN_GRACE_S="1",
+            REGROUP_LOG_LEVEL="info",
+            PYTHONUNBUFFERED="1",
+        )
+        self._log_path = logs / f"{name}.log"
+        self.process: asyncio.subprocess.Process | None = None
+        self.starts = 0
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def start(self) -> None:
+        log = self._log_path.open("ab")
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "regroup.server",
+                env=self._env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        self.starts += 1
+
+    async def wait_listening(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            assert self.running, f"{self.name} exited while starting:\n{self.log_tail()}"
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                await writer.wait_closed()
+                return
+            assert time.monotonic() < deadline, f"{self.name} never listened:\n{self.log_tail()}"
+            await asyncio.sleep(0.05)
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(sig)
+
+    async def wait_exit(self, timeout_s: float) -> int:
+        assert self.process is not None
+        return await asyncio.wait_for(self.process.wait(), timeout_s)
+
+    async def kill(self) -> None:
+        if self.running:
+            self.signal(signal.SIGCONT)
+            self.signal(signal.SIGKILL)
+            await self.wait_exit(10)
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self._log_path.exists():
+            return "(no log)"
+        return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class Violations:
+    """Everything that must not happen, with what was seen when it did."""
+
+    log: Callable[[str], None]
+    found: list[str] = field(default_factory=list)
+
+    def add(self, text: str) -> None:
+        self.found.append(text)
+        self.log(f"VIOLATION {text}")
+
+
+class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Sees every heartbeat answer of every member: counts them, and checks that no member
+    was fenced, that no acknowledged epoch went backwards, and that no partition has two
+    owners at that moment."""
+
+    def __init__(self, registry: OwnershipRegistry, violations: Violations) -> None:
+        self.registry = registry
+        self.violations = violations
+        self.answers: Counter[str] = Counter()
+        self.transport_errors: Counter[str] = Counter()
+        self.epochs: dict[str, int] = {}
+
+    async def intercept_unary_unary(
+        self, continuation: Callable[..., Awaitable[Any]], details: Any, request: Any
+    ) -> Any:
+        call = await continuation(details, request)
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if not method.endswith("/ConsumerGroupHeartbeat"):
+            return call
+        try:
+            response = await call
+        except grpc.aio.AioRpcError as err:
+            self.transport_errors[err.code().name] += 1
+            return call
+        self.check(request, response)
+        return call
+
+    def check(
+        self,
+        request: coordinator_pb2.ConsumerGroupHeartbeatRequest,
+        response: coordinator_pb2.ConsumerGroupHeartbeatResponse,
+    ) -> None:
+        code = response.error_code
+        self.answers[common_pb2.ErrorCode.Name(code)] += 1  # type: ignore[arg-type]
+        member = f"{request.group_id}/{request.member_id}"
+        if code in FENCING and request.member_epoch > 0:
+            self.violations.add(
+                f"{member} fenced at epoch {request.member_epoch}: "
+                f"{common_pb2.ErrorCode.Name(code)} {response.error_message}"  # type: ignore[arg-type]
+            )
+        if code == common_pb2.NONE and request.member_epoch >= 0:
+            before = self.epochs.get(member, 0)
+            if response.member_epoch < before:
+                self.violations.add(f"{member} epoch went back from {before} to {response.member_epoch}")
+            self.epochs[member] = max(before, response.member_epoch)
+        for v in self.registry.violations:
+            if v not in self.violations.found:
+                self.violations.add(f"two owners: {v}")
+        self.registry.violations.clear()
+
+
+@dataclass
+class Counts:
+    faults: Counter[str] = field(default_factory=Counter)
+    joins: int = 0
+    leaves: int = 0
+
+
+class Chaos:
+    """One run: replicas, groups, members, faults, checks."""
+
+    def __init__(self, dsn: str, ports: list[int], settings: ChaosSettings, logs: Path) -> None:
+        self.settings = settings
+        self.random = random.Random(settings.seed)
+        self.replicas = [
+            Replica(f"replica-{i + 1}", port, dsn, settings, logs) for i, port in enumerate(ports)
+        ]
+        self.registry = OwnershipRegistry()
+        self.violations = Violations(self.log)
+        self.watch = HeartbeatWatch(self.registry, self.violations)
+        self.counts = Counts()
+        self.groups = [f"chaos-{g}" for g in range(settings.groups)]
+        self.members: dict[str, list[GroupMember]] = {g: [] for g in self.groups}
+        self._member_names: dict[int, str] = {}
+        self._next_member = 0
+        self._churn: set[asyncio.Task[None]] = set()
+        self.timeline: list[str] = []
+        self._t0 = time.monotonic()
+
+    # -- set-up ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for replica in self.replicas:
+            await replica.start()
+        for replica in self.replicas:
+            await replica.wait_listening()
+        async with grpc.aio.insecure_channel(self.replicas[0].address) as channel:
+            admin = admin_pb2_grpc.GroupAdminStub(channel)
+            for group in self.groups:
+                created = await admin.CreateTopics(
+                    admin_pb2.CreateTopicsRequest(
+                        topics=[admin_pb2.CreatableTopic(name=group, num_partitions=self.settings.partitions)]
+                    ),
+                    timeout=10,
+                )
+                assert created.topics[0].error_code == common_pb2.NONE, created.topics[0].error_message
+        for group in self.groups:
+            for _ in range(self.settings.members_per_group):
+                await self.join(group)
+
+    async def join(self, group: str) -> GroupMember:
+        n = self._next_member
+        self._next_member += 1
+        bootstrap = self.replicas[n % len(self.replicas)].address
+        options = MemberOptions(
+            client_id=f"chaos-{n}",
+            request_timeout_ms=self.settings.request_timeout_ms,
+            retry_backoff_max_ms=500,
+            find_coordinator=n % 2 == 0,
+        )
+        name = f"{group}/m{n}"
+        member = GroupMember(
+            bootstrap, listener=self.registry.listener(name), options=options, interceptors=[self.watch]
+        )
+        self._member_names[id(member)] = name
+        await asyncio.wait_for(member.join(group, topics=[group]), 30)
+        self.members[group].append(member)
+        self.counts.joins += 1
+        return member
+
+    async def close(self) -> None:
+        for task in self._churn:
+            task.cancel()
+        for group in self.groups:
+            for member in self.members[group]:
+                await member.abort()
+        for replica in self.replicas:
+            await replica.kill()
+
+    # -- faults ---------------------------------------------------------------------
+
+    async def run_faults(self) -> None:
+        deadline = time.monotonic() + self.settings.seconds
+        while time.monotonic() < deadline:
+            await asyncio.sleep(self.random.uniform(0.5, 2.5))
+            if self.random.random() < 0.7:
+                self._start_churn()
+            replica = self.random.choice(self.replicas)
+            fault = self.random.choice(("kill", "pause", "restart"))
+            self.counts.faults[fault] += 1
+            self.log(f"{fault} {replica.name}")
+            if fault == "kill":
+                await replica.kill()
+                await asyncio.sleep(self.random.uniform(0.5, 3.0))
+                await replica.start()
+                await replica.wait_listening()
+            elif fault == "pause":
+                replica.signal(signal.SIGSTOP)
+                # Up to twice the lease: often long enough that its shards are taken meanwhile.
+                pause = self.random.uniform(0.2, 2 * self.settings.lease_ms / 1000)
+                await asyncio.sleep(pause)
+                replica.signal(signal.SIGCONT)
+                self.log(f"continue {replica.name} after {pause:.1f} s")
+            else:
+                replica.signal(signal.SIGTERM)
+                code = await replica.wait_exit(15)
+                if code != 0:
+                    self.violations.add(f"{replica.name} stopped with code {code} on SIGTERM")
+                await replica.start()
+                await replica.wait_listening()
+        await asyncio.gather(*self._churn)
+
+    def log(self, text: str) -> None:
+        """What happened when, for the failure message."""
+        self.timeline.append(f"{time.monotonic() - self._t0:7.2f} s  {text}")
+
+    def _start_churn(self) -> None:
+        """One member of a random group leaves, and a new one joins in its place."""
+        group = self.random.choice(self.groups)
+        if not self.members[group]:
+            return
+        member = self.members[group].pop(self.random.randrange(len(self.members[group])))
+        self.log(f"{self._member_names[id(member)]} leaves")
+        task = asyncio.create_task(self._replace(group, member))
+        self._churn.add(task)
+        task.add_done_callback(self._churn.discard)
+
+    async def _replace(self, group: str, member: GroupMember) -> None:
+        try:
+            await asyncio.wait_for(member.close(), 30)
+        except TimeoutError:
+            self.violations.add(f"{self._member_names[id(member)]} did not close within 30 s")
+        self.counts.leaves += 1
+        await self.join(group)
+
+    # -- the end --------------------------------------------------------------------
+
+    def check_members(self) -> None:
+        for v in self.registry.violations:
+            self.violations.add(f"two owners: {v}")
+        for group in self.groups:
+            for member in self.members[group]:
+                name = self._member_names[id(member)]
+                if member.failure is not None:
+                    self.violations.add(f"{name} failed: {member.failure}")
+                lost = self.registry.count(name, "lost")
+                if lost:
+                    self.violations.add(f"{name} lost its partitions {lost} time(s)")
+
+    async def converge(self) -> float:
+        """Waits until every group is Stable, each member at its target, and every partition of
+        the group's topic owned by exactly one member; returns how long that took."""
+        started = time.monotonic()
+        deadline = started + self.settings.converge_s
+        while True:
+            waiting = await self._not_converged()
+            if not waiting:
+                return time.monotonic() - started
+            if time.monotonic() > deadline:
+                self.violations.add(f"not converged after {self.settings.converge_s} s: {waiting}")
+                return time.monotonic() - started
+            await asyncio.sleep(0.2)
+
+    async def _not_converged(self) -> list[str]:
+        waiting: list[str] = []
+        address = self.random.choice(self.replicas).address
+        async with grpc.aio.insecure_channel(address) as channel:
+            admin = admin_pb2_grpc.GroupAdminStub(channel)
+            try:
+                described = await admin.DescribeGroups(
+                    admin_pb2.DescribeGroupsRequest(group_ids=self.groups), timeout=5
+                )
+            except grpc.aio.AioRpcError as err:
+                return [f"DescribeGroups: {err.code().name}"]
+        for group in described.groups:
+            if group.error_code != common_pb2.NONE:
+                waiting.append(f"{group.group_id}: {common_pb2.ErrorCode.Name(group.error_code)}")  # type: ignore[arg-type]
+            elif group.group_state != "Stable":
+                waiting.append(f"{group.group_id}: {group.group_state}")
+        for group in self.groups:
+            members = self.members[group]
+            expected = {TopicPartition(group, p) for p in range(self.settings.partitions)}
+            held: list[tuple[str, int]] = [
+                (tp.topic, tp.partition) for m in members for tp in m.assignment().partitions
+            ]
+            if sorted(held) != sorted((tp.topic, tp.partition) for tp in expected):
+                waiting.append(f"{group}: members hold {len(held)} of {len(expected)} partitions")
+            elif len({m.member_epoch for m in members}) != 1:
+                waiting.append(f"{group}: member epochs {sorted(m.member_epoch for m in members)}")
+        return waiting
+
+    def figures(self, converged_s: float) -> dict[str, Any]:
+        """The run's counts, as one JSON line of bench/results/chaos.jsonl."""
+        return {
+            "benchmark": "chaos",
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seed": self.settings.seed,
+            "seconds": self.settings.seconds,
+            "replicas": len(self.replicas),
+            "groups": len(self.groups),
+            "faults": dict(self.counts.faults),
+            "members_joined": self.counts.joins,
+            "members_left": self.counts.leaves,
+            "heartbeats_answered": dict(self.watch.answers),
+            "transport_errors": dict(self.watch.transport_errors),
+            "converged_s": round(converged_s, 2),
+            "violations": len(self.violations.found),
+        }
+
+    def report(self, converged_s: float) -> str:
+        answers = ", ".join(f"{name} {n}" for name, n in self.watch.answers.most_common())
+        errors = ", ".join(f"{name} {n}" for name, n in self.watch.transport_errors.most_common()) or "none"
+        faults = ", ".join(f"{kind} {n}" for kind, n in sorted(self.counts.faults.items()))
+        return (
+            f"chaos seed {self.settings.seed}: {self.settings.seconds:.0f} s, "
+            f"{len(self.replicas)} replicas, {len(self.groups)} groups; "
+            f"faults {sum(self.counts.faults.values())} ({faults}); "
+            f"members joined {self.counts.joins}, left {self.counts.leaves}; "
+            f"heartbeats answered {sum(self.watch.answers.values())} ({answers}); "
+            f"transport errors {errors}; converged in {converged_s:.1f} s after the last fault; "
+            f"violations {len(self.violations.found)}"
+        )
