@@ -9,15 +9,21 @@ interceptor that checks it, and every listener callback through an ownership reg
 Faults, one at a time, at random moments:
 - kill: SIGKILL of a replica; it stays down a moment, then starts again. The others take its
   shards once its lease expires.
-- pause: SIGSTOP, then SIGCONT after a pause that is sometimes longer than the lease (a
-  stalled zombie: its shards are taken over while it sleeps, and it must not answer for them
-  once it wakes).
+- pause: SIGSTOP, then SIGCONT after up to three leases (a stalled zombie: its shards are
+  taken over while it sleeps, and it must not answer for them once it wakes).
+- cut: the replica loses Postgres for up to three leases (its role may not log in, its
+  connections are ended) while it goes on answering calls: once its lease is past, it must
+  refuse even heartbeats that change nothing, since another replica has its shards.
 - restart: SIGTERM (a graceful stop hands the shards over at once), then a new start.
+After a pause or a cut longer than the lease, a member of one of the zombie's groups leaves
+through another replica, and the zombie gets that member's heartbeat: answering it would be
+answering for a shard it lost.
 Beside the faults, members leave (close) and new ones join, so that partitions move while
 replicas fail.
 
 Checked:
 - after every heartbeat answer and every callback: no partition held by two members;
+- no zombie answers its probe;
 - no member fenced (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), none lost
   its partitions (on_partitions_lost), no acknowledged member epoch went backwards;
 - at the end, with every replica up again: every group Stable at its target, every
@@ -38,13 +44,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import grpc
 
 from regroup.client import GroupMember, MemberOptions, TopicPartition
-from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2
+from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.support.ownership import OwnershipRegistry
 
+#: How long after its lease a paused replica's groups are surely taken over by another replica
+#: (one quick lease round of 50 ms and loading the groups, 75 - 130 ms in benchmark 8).
+ZOMBIE_PROBE_AFTER_S = 0.5
+LEAVE_EPOCH = -1
 FENCING = {common_pb2.FENCED_MEMBER_EPOCH, common_pb2.UNKNOWN_MEMBER_ID, common_pb2.STALE_MEMBER_EPOCH}
 
 
@@ -72,6 +84,20 @@ class ChaosSettings:
         seconds = float(os.environ.get("REGROUP_CHAOS_SECONDS", cls.seconds))
         seed = int(os.environ.get("REGROUP_CHAOS_SEED", random.randrange(1 << 31)))
         return cls(seconds=seconds, seed=seed)
+
+
+#: The faults, drawn with equal chances.
+FAULTS = ("kill", "pause", "cut", "restart")
+
+
+def _role(index: int) -> str:
+    return f"chaos_replica_{index + 1}"
+
+
+def _as_role(dsn: str, role: str) -> str:
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
 
 
 class Replica:
@@ -218,6 +244,7 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
 @dataclass
 class Counts:
     faults: Counter[str] = field(default_factory=Counter)
+    zombie_probes: Counter[str] = field(default_factory=Counter)
     joins: int = 0
     leaves: int = 0
 
@@ -228,8 +255,11 @@ class Chaos:
     def __init__(self, dsn: str, ports: list[int], settings: ChaosSettings, logs: Path) -> None:
         self.settings = settings
         self.random = random.Random(settings.seed)
+        self.dsn = dsn
+        #: Each replica logs in as a role of its own, so that one replica can lose the database.
         self.replicas = [
-            Replica(f"replica-{i + 1}", port, dsn, settings, logs) for i, port in enumerate(ports)
+            Replica(f"replica-{i + 1}", port, _as_role(dsn, _role(i)), settings, logs)
+            for i, port in enumerate(ports)
         ]
         self.registry = OwnershipRegistry()
         self.violations = Violations(self.log)
@@ -238,6 +268,8 @@ class Chaos:
         self.groups = [f"chaos-{g}" for g in range(settings.groups)]
         self.members: dict[str, list[GroupMember]] = {g: [] for g in self.groups}
         self._member_names: dict[int, str] = {}
+        self._bootstrap: dict[int, str] = {}
+        self._looks_up: dict[int, bool] = {}
         self._next_member = 0
         self._churn: set[asyncio.Task[None]] = set()
         self.timeline: list[str] = []
@@ -246,6 +278,12 @@ class Chaos:
     # -- set-up ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            for i in range(len(self.replicas)):
+                await conn.execute(f"CREATE ROLE {_role(i)} SUPERUSER LOGIN")
+        finally:
+            await conn.close()
         for replica in self.replicas:
             await replica.start()
         for replica in self.replicas:
@@ -279,6 +317,8 @@ class Chaos:
             bootstrap, listener=self.registry.listener(name), options=options, interceptors=[self.watch]
         )
         self._member_names[id(member)] = name
+        self._bootstrap[id(member)] = bootstrap
+        self._looks_up[id(member)] = options.find_coordinator
         await asyncio.wait_for(member.join(group, topics=[group]), 30)
         self.members[group].append(member)
         self.counts.joins += 1
@@ -302,7 +342,7 @@ class Chaos:
             if self.random.random() < 0.7:
                 self._start_churn()
             replica = self.random.choice(self.replicas)
-            fault = self.random.choice(("kill", "pause", "restart"))
+            fault = self.random.choice(FAULTS)
             self.counts.faults[fault] += 1
             self.log(f"{fault} {replica.name}")
             if fault == "kill":
@@ -310,13 +350,8 @@ class Chaos:
                 await asyncio.sleep(self.random.uniform(0.5, 3.0))
                 await replica.start()
                 await replica.wait_listening()
-            elif fault == "pause":
-                replica.signal(signal.SIGSTOP)
-                # Up to twice the lease: often long enough that its shards are taken meanwhile.
-                pause = self.random.uniform(0.2, 2 * self.settings.lease_ms / 1000)
-                await asyncio.sleep(pause)
-                replica.signal(signal.SIGCONT)
-                self.log(f"continue {replica.name} after {pause:.1f} s")
+            elif fault in ("pause", "cut"):
+                await self._isolate(replica, fault)
             else:
                 replica.signal(signal.SIGTERM)
                 code = await replica.wait_exit(15)
@@ -325,6 +360,133 @@ class Chaos:
                 await replica.start()
                 await replica.wait_listening()
         await asyncio.gather(*self._churn)
+
+    async def _isolate(self, replica: Replica, how: str) -> None:
+        """Cuts the replica off for up to three leases: often long enough that its shards are
+        taken over meanwhile. A pause (SIGSTOP, then SIGCONT) stalls the whole process; a cut
+        (its database role refused logins, its connections ended) leaves it answering calls
+        without Postgres. Either way it is then a zombie, and a probe checks that it does not
+        answer for a shard it lost: after the takeover, a member of one of its groups leaves
+        through another replica, and the zombie gets that member's heartbeat, which it would
+        take for one that changes nothing (answered from memory, without a write)."""
+        lease_s = self.settings.lease_ms / 1000
+        length = self.random.uniform(0.2, 3 * lease_s)
+        owned = await self._groups_of(replica) if length > lease_s + ZOMBIE_PROBE_AFTER_S + 0.5 else []
+        # Connected before a pause, so that the probe's request waits in the replica's socket
+        # and is read as soon as it wakes, as a member's retry would be.
+        channel = grpc.aio.insecure_channel(replica.address)
+        if owned:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(channel.channel_ready(), 2)
+        if how == "pause":
+            replica.signal(signal.SIGSTOP)
+        else:
+            await self._logins(replica, allowed=False)
+        started = time.monotonic()
+        probe: asyncio.Task[int | None] | None = None
+        if owned:
+            await asyncio.sleep(lease_s + ZOMBIE_PROBE_AFTER_S)
+            request = await self._leave_while_isolated(
+                self.random.choice(owned), replica, started + length - 0.3
+            )
+            if request is not None:
+                probe = asyncio.create_task(self._probe(channel, request))
+        await asyncio.sleep(max(0.0, started + length - time.monotonic()))
+        code = None if probe is None or how == "pause" else await probe
+        if how == "pause":
+            replica.signal(signal.SIGCONT)
+            code = None if probe is None else await probe
+        else:
+            await self._logins(replica, allowed=True)
+        self.log(f"{replica.name} back after {length:.1f} s")
+        if length > lease_s:
+            self.counts.faults[f"{how} beyond the lease"] += 1
+        await channel.close()
+        if probe is not None:
+            name = "no answer" if code is None else common_pb2.ErrorCode.Name(code)  # type: ignore[arg-type]
+            self.counts.zombie_probes[name] += 1
+            self.log(f"zombie probe of {replica.name}: {name}")
+            if code == common_pb2.NONE:
+                self.violations.add(
+                    f"{replica.name}, isolated ({how}) for {length:.1f} s, answered a heartbeat of a "
+                    "member that had left meanwhile, for a shard whose lease had expired"
+                )
+
+    async def _logins(self, replica: Replica, *, allowed: bool) -> None:
+        """Lets the replica's role log in again, or refuses it and ends its connections."""
+        role = _role(self.replicas.index(replica))
+        conn = await asyncpg.connect(self.dsn)
+        try:
+            await conn.execute(f"ALTER ROLE {role} {'LOGIN' if allowed else 'NOLOGIN'}")
+            if not allowed:
+                await conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role
+                )
+        finally:
+            await conn.close()
+
+    async def _groups_of(self, replica: Replica) -> list[str]:
+        """The groups `replica` coordinates now, as it says itself."""
+        async with grpc.aio.insecure_channel(replica.address) as channel:
+            stub = coordinator_pb2_grpc.GroupCoordinatorStub(channel)
+            found = []
+            for group in self.groups:
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    answer = await stub.FindCoordinator(
+                        coordinator_pb2.FindCoordinatorRequest(group_id=group), timeout=2
+                    )
+                    if answer.error_code == common_pb2.NONE and answer.replica_id == replica.name:
+                        found.append(group)
+            return found
+
+    async def _leave_while_isolated(
+        self, group: str, isolated: Replica, by: float
+    ) -> coordinator_pb2.ConsumerGroupHeartbeatRequest | None:
+        """A member of `group` leaves (through the replica that took the group over) and a
+        new one joins later; returns a heartbeat that the paused replica, which still has the
+        member at its epoch, would take for one that changes nothing."""
+        # One that talks to another replica (which forwards), so that its leave gets through.
+        candidates = [
+            m
+            for m in self.members[group]
+            if self._bootstrap[id(m)] != isolated.address and not self._looks_up[id(m)]
+        ]
+        if not candidates:
+            return None
+        member = self.random.choice(candidates)
+        self.members[group].remove(member)
+        member_id, epoch = member.member_id, member.member_epoch
+        self.log(f"{self._member_names[id(member)]} leaves while the coordinator sleeps")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(member.close(), max(0.1, by - time.monotonic()))
+        self.counts.leaves += 1
+        self._start_join(group)
+        if member.member_epoch != LEAVE_EPOCH or epoch <= 0:
+            return None  # the leave was not taken in time: no probe
+        # No owned partitions, no subscription: "nothing changed" to whoever still knows the member.
+        return coordinator_pb2.ConsumerGroupHeartbeatRequest(
+            group_id=group, member_id=member_id, member_epoch=epoch
+        )
+
+    async def _probe(
+        self, channel: grpc.aio.Channel, request: coordinator_pb2.ConsumerGroupHeartbeatRequest
+    ) -> int | None:
+        """Sends `request` to the isolated replica (a paused one answers once it wakes)."""
+        stub = coordinator_pb2_grpc.GroupCoordinatorStub(channel)
+        try:
+            answer = await stub.ConsumerGroupHeartbeat(request, timeout=10)
+        except grpc.aio.AioRpcError:
+            return None
+        code: int = answer.error_code
+        return code
+
+    def _start_join(self, group: str) -> None:
+        task = asyncio.create_task(self._join_later(group))
+        self._churn.add(task)
+        task.add_done_callback(self._churn.discard)
+
+    async def _join_later(self, group: str) -> None:
+        await self.join(group)
 
     def log(self, text: str) -> None:
         """What happened when, for the failure message."""
@@ -415,6 +577,7 @@ class Chaos:
             "replicas": len(self.replicas),
             "groups": len(self.groups),
             "faults": dict(self.counts.faults),
+            "zombie_probes": dict(self.counts.zombie_probes),
             "members_joined": self.counts.joins,
             "members_left": self.counts.leaves,
             "heartbeats_answered": dict(self.watch.answers),
@@ -426,11 +589,15 @@ class Chaos:
     def report(self, converged_s: float) -> str:
         answers = ", ".join(f"{name} {n}" for name, n in self.watch.answers.most_common())
         errors = ", ".join(f"{name} {n}" for name, n in self.watch.transport_errors.most_common()) or "none"
-        faults = ", ".join(f"{kind} {n}" for kind, n in sorted(self.counts.faults.items()))
+        kinds = FAULTS
+        faults = ", ".join(f"{kind} {self.counts.faults[kind]}" for kind in kinds)
+        beyond = sum(self.counts.faults[f"{how} beyond the lease"] for how in ("pause", "cut"))
+        probes = ", ".join(f"{k} {n}" for k, n in self.counts.zombie_probes.most_common()) or "none"
         return (
             f"chaos seed {self.settings.seed}: {self.settings.seconds:.0f} s, "
             f"{len(self.replicas)} replicas, {len(self.groups)} groups; "
-            f"faults {sum(self.counts.faults.values())} ({faults}); "
+            f"faults {sum(self.counts.faults[k] for k in kinds)} ({faults}; "
+            f"{beyond} pauses and cuts beyond the lease; zombie probes {probes}); "
             f"members joined {self.counts.joins}, left {self.counts.leaves}; "
             f"heartbeats answered {sum(self.watch.answers.values())} ({answers}); "
             f"transport errors {errors}; converged in {converged_s:.1f} s after the last fault; "
