@@ -20,9 +20,9 @@ database and its 64 shards. Measured:
    the same run: a throughput ratio, and CPU per heartbeat of each replica.
 5. Scale-out on paper, from 4.'s CPU per heartbeat and 3.'s statements.
 
-Topics are created through replica-1 before the other two start: a replica
-reads the topics when it starts and when it takes shards over, and a topic
-created through one replica is not seen by the groups another already holds.
+Topics are created through replica-1 before the other two start, as they were
+before topic changes reached every replica (the topics version, migration 0006);
+it keeps the runs comparable with the first ones.
 
     python -m bench.replicas [--quick]
 """
