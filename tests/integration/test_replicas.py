@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from regroup.client import GroupAdmin
 from regroup.server.timers import TimerKey
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
@@ -293,3 +294,33 @@ async def test_a_takeover_keeps_the_partitions_of_a_topic_created_through_the_ol
     for member in members:
         assert (await member.heartbeat()).error_code == common_pb2.NONE
     assert [m.epoch for m in members] == epochs and [m.partitions() for m in members] == owned
+
+
+async def test_connectors_put_through_one_replica_reach_the_owner_and_survive_a_takeover(
+    start_service: ServiceFactory,
+) -> None:
+    """PutConnectors at a replica that does not own the Connect group is forwarded to the owner,
+    which stores them with the group; the replica that takes the group over serves them as they
+    were, and takes the next change."""
+    a, b = await replicas(start_service, 2)
+    group = owned_by(b, "connect-")
+    connectors = [("sink", 2), ("source", 1)]
+    async with GroupAdmin(a.server.address) as admin:
+        assert await admin.put_connectors(group, dict(connectors)) == 0  # a new group, Empty
+        assert a.server._forwarder is not None and a.server._forwarder.forwarded == 1
+        assert a.coordinator.group(group) is None and b.coordinator.group(group) is not None
+        for service in (a, b):
+            described = await service.stubs.describe(group)
+            assert (described.group_type, described.group_epoch) == ("connect", 0)
+            assert sorted((c.name, c.tasks) for c in described.connectors) == connectors
+
+        await b.server.stop()
+        deadline = time.monotonic() + 5
+        while not a.coordinator.shards.serves(group, a.coordinator.clock.monotonic_ms()):
+            assert time.monotonic() < deadline, "a did not take the released shards"
+            await asyncio.sleep(0.01)
+        described = await a.stubs.describe(group)
+        assert sorted((c.name, c.tasks) for c in described.connectors) == connectors
+        await admin.put_connectors(group, {"sink": 3})
+        described = await a.stubs.describe(group)
+        assert [(c.name, c.tasks) for c in described.connectors] == [("sink", 3)]
