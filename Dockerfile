@@ -22,7 +22,8 @@ RUN pip wheel --no-cache-dir --no-deps --no-build-isolation -w /wheels ./clients
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    REGROUP_LISTEN=0.0.0.0:50051
+    REGROUP_LISTEN=0.0.0.0:50051 \
+    REGROUP_METRICS_LISTEN=0.0.0.0:9464
 
 # Its own layer: it changes only when the pins do, not with every source change.
 COPY requirements/runtime.txt /tmp/runtime.txt
@@ -36,6 +37,6 @@ RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
  && useradd --uid 10001 --no-create-home regroup
 
 USER 10001
-EXPOSE 50051
+EXPOSE 50051 9464
 ENTRYPOINT ["python", "-m", "regroup.server"]
 CMD ["serve"]

@@ -109,6 +109,8 @@ def start_coordinator(dsn: str, port: int | None = None, wait: bool = True, **se
     port = port or free_port()
     env = dict(os.environ)
     env.update(DATABASE_URL=dsn, REGROUP_LISTEN=f"127.0.0.1:{port}", REGROUP_LOG_LEVEL="warning")
+    # Several servers at once: metrics only where a benchmark asks (metrics_listen=...).
+    env.update(REGROUP_METRICS_LISTEN="off")
     env.update(PYTHONUNBUFFERED="1")  # so that a failing server's last words reach its log
     env.update({f"REGROUP_{k.upper()}": str(v) for k, v in settings.items()})
     name = str(settings.get("replica_id", "coordinator"))

@@ -142,6 +142,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="instead: the bare server with regroup's accept depth against grpc.aio's single pipeline",
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="instead: regroup with its metrics on (Prometheus endpoint) against regroup with them off",
+    )
     args = parser.parse_args(argv)
     groups = args.groups or (4 if args.quick else 100)
     per_group = args.members_per_group or (25 if args.quick else 100)
@@ -160,6 +165,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return compare_loops(members, seconds, args, context)
     if args.accept:
         return compare_accept(members, seconds, args, context)
+    if args.metrics:
+        return compare_metrics(members, groups, per_group, seconds, args, context)
 
     # Both servers run side by side and their steady phases alternate, `rounds`
     # times each, so that drifts of this shared machine fall on both alike; the
@@ -260,6 +267,75 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         postgres_autovacuum_runs=background,
         join_seconds=round(max(j["seconds"] for j in joined), 2),
         errors=run.errors,
+        **context,
+    )
+
+
+#: Keeps store pings and lease renewals out of a steady window (see main()).
+QUIET_STORE = {"store_check_ms": 3_600_000, "lease_ms": 7_200_000, "lease_renew_ms": 3_000_000}
+
+
+def compare_metrics(
+    members: list[Any],
+    groups: int,
+    per_group: int,
+    seconds: float,
+    args: argparse.Namespace,
+    context: dict[str, Any],
+) -> dict[str, Any]:
+    """Two regroup servers, each on a database of its own with the same groups and members:
+    one records its metrics (the Prometheus endpoint on, so the SDK aggregates every
+    record), the other has them off (the API's no-op instruments). Their steady phases
+    alternate `rounds` times; the median of the per-round throughput ratios on/off is the
+    figure (target >= 0.95), beside server CPU per RPC."""
+    postgres = BenchPostgres()
+    servers = {
+        "metrics on": start_coordinator(postgres.new_database(), metrics_listen="127.0.0.1:0", **QUIET_STORE),
+        "metrics off": start_coordinator(postgres.new_database(), metrics_listen="off", **QUIET_STORE),
+    }
+    loads: dict[str, LoadGenerator] = {}
+    try:
+        for name, server in servers.items():
+            asyncio.run(_create_topics(server.target, groups, per_group))
+            loads[name] = LoadGenerator(server.target, members, args.processes)
+            loads[name].run("join")
+            settle(loads[name], server.target, groups)
+        runs: dict[str, list[Run]] = {name: [] for name in servers}
+        names = list(servers)
+        for round_ in range(args.rounds):
+            # Each goes first every other round: a drift of the machine within a round
+            # (the first phase of a round has been seen faster) falls on both alike.
+            for name in names if round_ % 2 == 0 else names[::-1]:
+                runs[name].append(_steady(servers[name], loads[name], seconds, args.concurrency, name))
+    finally:
+        for one in loads.values():
+            one.close()
+        for server in servers.values():
+            server.stop()
+        postgres.close()
+    on, off = runs["metrics on"], runs["metrics off"]
+    ratios = [a.rate / b.rate for a, b in zip(on, off, strict=True)]
+    cpu = [a.cpu_us_per_rpc / b.cpu_us_per_rpc for a, b in zip(on, off, strict=True)]
+    medians = {name: _median_run(r) for name, r in runs.items()}
+    table(
+        f"Metrics on vs off: {len(members)} members in {groups} groups, "
+        f"{args.rounds} rounds of {seconds:.0f} s",
+        ["server", "calls", "hb/s", "p50 ms", "p99 ms", "server cpu us/rpc"],
+        [[r.name, r.calls, r.rate, r.p(50), r.p(99), r.cpu_us_per_rpc] for r in medians.values()],
+    )
+    ratio = statistics.median(ratios)
+    print(
+        f"throughput ratio metrics on/off = {ratio:.3f} (target >= 0.95; per round "
+        f"{[round(x, 3) for x in ratios]}); server CPU per RPC on/off = {statistics.median(cpu):.3f}"
+    )
+    return figure(
+        "steady_metrics",
+        summary=True,
+        throughput_ratio=round(ratio, 3),
+        throughput_ratio_per_round=[round(x, 3) for x in ratios],
+        cpu_ratio=round(statistics.median(cpu), 3),
+        cpu_us_per_rpc={name: round(r.cpu_us_per_rpc, 1) for name, r in medians.items()},
+        errors={name: r.errors for name, r in medians.items() if r.errors},
         **context,
     )
 

@@ -159,6 +159,7 @@ def start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
         "REGROUP_SESSION_TIMEOUT_MS": "3000",
         "REGROUP_ASSIGNMENT_INTERVAL_MS": "0",
         "REGROUP_LOG_LEVEL": "warning",
+        "REGROUP_METRICS_LISTEN": "off",  # the example reads no metrics
     }
     env.pop("DATABASE_URL", None)
     log = (workdir / "regroup.log").open("wb")

@@ -27,6 +27,7 @@ from .runtime import Coordinator
 from .service import GroupAdminService, GroupCoordinatorService
 from .store import PostgresStore, StoreUnavailable
 from .storewatch import StoreWatch
+from .telemetry import MetricsRuntime, on_loop, start_metrics
 
 log = structlog.get_logger("regroup")
 
@@ -113,6 +114,12 @@ class RegroupServer:
     _health: health.aio.HealthServicer | None = None
     _widener: AcceptWidener | None = None
     _watch: StoreWatch | None = None
+    _metrics: MetricsRuntime | None = None
+
+    @property
+    def metrics_port(self) -> int:
+        """The Prometheus endpoint's port (0 when there is none)."""
+        return 0 if self._metrics is None else self._metrics.port
 
     async def start(self) -> None:
         migrations = find_migrations(self.settings)
@@ -123,6 +130,13 @@ class RegroupServer:
         self._store = await PostgresStore.connect(
             dsn, self.settings.replica_id, timeout_s=self.settings.store_timeout_ms / 1000
         )
+        try:
+            self._metrics = start_metrics(self.settings.metrics_listen, self._store.replica_id)
+        except OSError as e:
+            await self._store.close()
+            raise OSError(
+                f"Cannot serve metrics on {self.settings.metrics_listen} (REGROUP_METRICS_LISTEN): {e}"
+            ) from e
         # Bound before the coordinator starts: its leases advertise the address.
         limit = self.settings.max_message_bytes
         server, widener = widened_server(
@@ -146,6 +160,8 @@ class RegroupServer:
                 address=self.address,
             ),
         )
+        self.coordinator.writer.metrics = self._metrics.metrics
+        self._metrics.metrics.observe(on_loop(asyncio.get_running_loop(), self.coordinator.gauges()))
         self._forwarder = Forwarder(
             self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit
         )
@@ -181,7 +197,13 @@ class RegroupServer:
             advertised=self.address,
             replica_id=self._store.replica_id,
             extra_accepts=extra,
+            metrics=self._metrics_address(),
         )
+
+    def _metrics_address(self) -> str:
+        if self._metrics is None or not self._metrics.port:
+            return "off"
+        return f"{self.settings.metrics_listen.rpartition(':')[0]}:{self._metrics.port}"
 
     async def _store_changed(self, available: bool) -> None:
         if self._health is not None:
@@ -222,6 +244,9 @@ class RegroupServer:
         forwarder, self._forwarder = self._forwarder, None
         if forwarder is not None:
             await forwarder.close()
+        metrics, self._metrics = self._metrics, None
+        if metrics is not None:
+            await asyncio.to_thread(metrics.shutdown)
         if store is not None:
             await store.close()
             log.info("server_stopped")

@@ -2,7 +2,8 @@
 
 The launcher starts the embedded Postgres once (or uses DATABASE_URL), applies the
 migrations, then starts `--replicas` (3) replica processes, `python -m regroup.server`
-each, on consecutive ports from REGROUP_LISTEN (127.0.0.1:50051, :50052, :50053), named
+each, on consecutive ports from REGROUP_LISTEN (127.0.0.1:50051, :50052, :50053), with
+metrics on consecutive ports from REGROUP_METRICS_LISTEN (:9464, :9465, :9466), named
 replica-1, replica-2, ... (REGROUP_REPLICA_ID), all on that one database. Every other
 setting, from the environment or the launcher's flags, reaches every replica alike.
 
@@ -40,12 +41,28 @@ _STARTED = b'"server_started"'
 class ReplicaSpec:
     name: str
     listen: str
+    #: Its Prometheus endpoint (REGROUP_METRICS_LISTEN); empty: the environment's, unchanged.
+    metrics_listen: str = ""
 
 
-def replica_specs(listen: str, count: int) -> list[ReplicaSpec]:
-    """`count` replicas named replica-1.. on consecutive ports from `listen` (host:port)."""
+def replica_specs(listen: str, count: int, metrics_listen: str | None = None) -> list[ReplicaSpec]:
+    """`count` replicas named replica-1.. on consecutive ports from `listen` (host:port),
+    and, given `metrics_listen`, metrics endpoints on consecutive ports from it too
+    (unless it is "off" or port 0, which every replica then shares as it is)."""
     host, _, port = listen.rpartition(":")
-    return [ReplicaSpec(f"replica-{i + 1}", f"{host}:{int(port) + i}") for i in range(count)]
+    return [
+        ReplicaSpec(f"replica-{i + 1}", f"{host}:{int(port) + i}", _nth_metrics(metrics_listen, i))
+        for i in range(count)
+    ]
+
+
+def _nth_metrics(metrics_listen: str | None, i: int) -> str:
+    if metrics_listen is None:
+        return ""
+    host, _, port = metrics_listen.rpartition(":")
+    if metrics_listen == "off" or int(port) == 0:
+        return metrics_listen
+    return f"{host}:{int(port) + i}"
 
 
 def replica_environment(base: Mapping[str, str], spec: ReplicaSpec, dsn: str) -> dict[str, str]:
@@ -57,6 +74,8 @@ def replica_environment(base: Mapping[str, str], spec: ReplicaSpec, dsn: str) ->
         REGROUP_REPLICA_ID=spec.name,
         PYTHONUNBUFFERED="1",  # its lines come out as it prints them
     )
+    if spec.metrics_listen:
+        env["REGROUP_METRICS_LISTEN"] = spec.metrics_listen
     return env
 
 
@@ -233,5 +252,6 @@ async def run_cluster(settings: Settings, flags: Mapping[str, str], replicas: in
     dsn = await resolve_database_url(settings)
     await run_migrations(dsn, migrations)
     env = {**os.environ, **flags, "DATABASE_URL": dsn}
-    cluster = Cluster(replica_specs(settings.listen, replicas), env, sys.stdout.buffer)
+    specs = replica_specs(settings.listen, replicas, settings.metrics_listen)
+    cluster = Cluster(specs, env, sys.stdout.buffer)
     return await cluster.run()

@@ -14,6 +14,8 @@ from regroup.reconciler.assignors import BUILTIN_ASSIGNORS
 from .leases import min_margin_ms
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
+#: Where Prometheus scrapes the metrics (0.0.0.0:9464 in the container image).
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 DEFAULT_DATA_DIR = ".regroup"
 DEFAULT_LEASE_MS = 10_000
 
@@ -61,6 +63,8 @@ class Settings:
     advertised_address: str = ""
     #: Calls for a group another replica owns are forwarded there (else NOT_COORDINATOR).
     forward: bool = True
+    #: host:port of the Prometheus metrics endpoint, or "off".
+    metrics_listen: str = DEFAULT_METRICS_LISTEN
 
     def group_config(self) -> GroupConfig:
         return GroupConfig(
@@ -100,6 +104,7 @@ _ENV = {
     "lease_renew_ms": "REGROUP_LEASE_RENEW_MS",
     "advertised_address": "REGROUP_ADVERTISED_ADDRESS",
     "forward": "REGROUP_FORWARD",
+    "metrics_listen": "REGROUP_METRICS_LISTEN",
 }
 
 #: The most shards a database may be split into.
@@ -197,7 +202,17 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         lease_renew_ms=renew_ms,
         advertised_address=advertised,
         forward=_bool(raw, "forward", defaults.forward),
+        metrics_listen=_metrics_listen(raw.get("metrics_listen", defaults.metrics_listen)),
     )
+
+
+def _metrics_listen(value: str) -> str:
+    if value.lower() == "off":
+        return "off"
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"REGROUP_METRICS_LISTEN must be host:port or off, got {value!r}.")
+    return value
 
 
 def _lease(raw: Mapping[str, str]) -> tuple[int, int]:

@@ -20,9 +20,23 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
 )
 
+#: Why a group's epoch was bumped, by the operation that stored the bump, when the records
+#: alone do not tell (a member joined, left or changed its metadata).
+_BUMP_CAUSES = {
+    "metadata_refresh": "topics_changed",
+    "connectors_changed": "connectors_changed",
+    "session_timeout": "session_expired",
+    "rebalance_timeout": "rebalance_timed_out",
+    "install_assignment": "assignment_installed",
+    "delete": "group_deleted",
+}
 
-def log_records(log: Any, group: Group | None, group_id: str, records: Sequence[Record], cause: str) -> None:
-    """One event per state change, named after it (the engine itself never logs)."""
+
+def log_records(
+    log: Any, group: Group | None, group_id: str, records: Sequence[Record], cause: str
+) -> str | None:
+    """One event per state change, named after it (the engine itself never logs).
+    Returns why the group's epoch was bumped, if these records bump it (for metrics)."""
     log = log.bind(group_id=group_id)
     # Members that joined in these records; the group's own are looked up in it, not
     # copied: a big group's every reconciliation step passes through here.
@@ -30,12 +44,16 @@ def log_records(log: Any, group: Group | None, group_id: str, records: Sequence[
     members = {} if group is None else group.members
     epoch = 0 if group is None else group.group_epoch
     targets_changed = 0
+    bump: str | None = None
+    changed_member = ""  # why, as the member records of these records tell it
     for record in records:
         match record:
             case MemberMetadataRecord():
                 if record.member_id in members or record.member_id in joined:
+                    changed_member = changed_member or "member_metadata_changed"
                     continue
                 joined.add(record.member_id)
+                changed_member = "member_joined"
                 log.info(
                     "member_joined",
                     member_id=record.member_id,
@@ -46,9 +64,11 @@ def log_records(log: Any, group: Group | None, group_id: str, records: Sequence[
             case MemberMetadataTombstone():
                 event = "member_left" if cause == "leave" else "member_fenced"
                 log.info(event, member_id=record.member_id, reason=cause)
+                changed_member = _BUMP_CAUSES.get(cause, event)
             case GroupMetadataRecord() if record.group_epoch != epoch:
                 log.info("group_epoch_bumped", epoch=record.group_epoch, previous=epoch, reason=cause)
                 epoch = record.group_epoch
+                bump = ""
             case TargetAssignmentMemberRecord():
                 targets_changed += 1
             case ConnectorsRecord():
@@ -68,3 +88,6 @@ def log_records(log: Any, group: Group | None, group_id: str, records: Sequence[
                 )
             case _:
                 pass
+    if bump is None:
+        return None
+    return _BUMP_CAUSES.get(cause) or changed_member or cause

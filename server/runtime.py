@@ -16,11 +16,13 @@ here, reads through methods (`group`, `group_ids`, `image_for`).
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Collection, KeysView, Sequence
 
 import structlog
 
 from regroup.reconciler import (
+    ApiError,
     ConsumerGroupHeartbeat,
     ConsumerGroupHeartbeatResponse,
     Context,
@@ -56,6 +58,7 @@ from .shards import LeaseNotTrusted, ShardTable
 from .sql import LEASES_CHANNEL, TOPICS_CHANNEL
 from .store import GroupStore, StoreUnavailable
 from .storewatch import StoreWatch
+from .telemetry import Gauges
 from .timers import TimerKey, TimerQueue
 from .topicadmin import TopicAdmin, TopicOutcome
 from .writepath import NOT_SERVED, GroupWriter
@@ -92,6 +95,25 @@ class Coordinator:
         self._stopped = False
 
     # -- the parts' state, read-only to callers ------------------------------------
+
+    def gauges(self) -> Gauges:
+        """What the metrics' gauges read, at each collection (not on any request)."""
+
+        def groups() -> Counter[tuple[str, str]]:
+            return Counter((g.group_type, g.state().value) for g in list(self.writer.groups.values()))
+
+        def members() -> int:
+            return sum(len(g.members) for g in list(self.writer.groups.values()))
+
+        def revocations_pending() -> int:
+            return sum(
+                len(partitions)
+                for g in list(self.writer.groups.values())
+                for m in list(g.members.values())
+                for partitions in m.pending_revocation.values()
+            )
+
+        return Gauges(groups, members, revocations_pending, lambda: len(self.writer.shards.held))
 
     @property
     def store(self) -> GroupStore:
@@ -289,7 +311,13 @@ class Coordinator:
         def op(group: Group | None, ctx: Context) -> Result[list[PartitionOutcome]]:
             return commit_offsets(group, group_id, member_id, member_epoch, offsets, ctx)
 
-        return await self.writer.run(group_id, op, cause="offset_commit")
+        try:
+            outcomes = await self.writer.run(group_id, op, cause="offset_commit")
+        except ApiError as e:  # the whole commit refused: each partition of it, for that reason
+            self.writer.metrics.offsets_outcome({e.code.name.lower(): len(offsets)})
+            raise
+        self.writer.metrics.offsets_outcome(Counter(o.error.name.lower() for o in outcomes))
+        return outcomes
 
     async def fetch_offsets(
         self,

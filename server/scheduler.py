@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -124,7 +125,10 @@ class Scheduler:
         try:
             if key.kind == "assignment":
                 return await self._compute_target(key)
-            return await self.writer.run(key.group_id, op, cause=cause)
+            fired = await self.writer.run(key.group_id, op, cause=cause)
+            if fired:
+                self.writer.metrics.timed_out(key.kind)
+            return fired
         except NOT_SERVED as e:
             self.log.warning(
                 "timeout_not_applied",
@@ -149,16 +153,18 @@ class Scheduler:
         if not isinstance(job, _TargetJob):
             return job
         self._computing.add(group_id)
+        started = time.perf_counter()
         try:
             records = await self.assigner.compute(group_id, job.group, job.pending)
         finally:
             self._computing.discard(group_id)
+        self.writer.metrics.computed("offloaded", time.perf_counter() - started)
 
         async def install(group: Group | None, ctx: Context) -> Result[bool]:
             # Asynchronous only so that a large install's write is prepared in a thread.
             return install_computed_target(group, records, ctx)
 
-        return await self.writer.run(group_id, install, cause="assignment")
+        return await self.writer.run(group_id, install, cause="assignment", computed_elsewhere=True)
 
     def _prepare_target_op(self, key: TimerKey) -> Operation[bool | _TargetJob]:
         def op(group: Group | None, ctx: Context) -> Result[bool | _TargetJob]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -25,6 +26,7 @@ from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, c
 from . import mapping, paging
 from .forwarding import NOT_COORDINATOR, Forwarder, client_host
 from .runtime import Coordinator
+from .telemetry import Metrics
 from .topicadmin import TopicOutcome
 
 log = structlog.get_logger("regroup")
@@ -42,20 +44,37 @@ Handler = Callable[[Any, Req, Ctx], Awaitable[Resp]]
 
 
 def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
-    """Turns an unexpected exception into INTERNAL (after logging it) instead of UNKNOWN."""
+    """Turns an unexpected exception into INTERNAL (after logging it) instead of UNKNOWN,
+    and records every call's duration and outcome (`rpc.server.duration`): the error code
+    of its response (0 for responses that carry one per item), or the status it ended with."""
+    name = method.__name__
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Req, context: Ctx) -> Resp:
+        started = time.perf_counter()
+        metrics: Metrics = self._coordinator.writer.metrics
         try:
-            return await method(self, request, context)
+            response = await method(self, request, context)
         except grpc.aio.AbortError:
+            metrics.rpc(self.SERVICE, name, started, 0, _status_name(context))
+            raise
+        except asyncio.CancelledError:
+            metrics.rpc(self.SERVICE, name, started, 0, "CANCELLED")
             raise
         except Exception as e:
-            log.exception("internal_error", rpc=method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, f"Internal error in {method.__name__}: {e!r}")
+            log.exception("internal_error", rpc=name)
+            metrics.rpc(self.SERVICE, name, started, 0, "INTERNAL")
+            await context.abort(grpc.StatusCode.INTERNAL, f"Internal error in {name}: {e!r}")
             raise  # unreachable: abort raises
+        metrics.rpc(self.SERVICE, name, started, getattr(response, "error_code", 0))
+        return response
 
     return wrapper
+
+
+def _status_name(context: Ctx) -> str:
+    code = context.code()
+    return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
 
 def forwardable(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
@@ -81,6 +100,7 @@ def forwardable(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
 
 class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
     IS_COORDINATOR = True
+    SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].full_name
 
     def __init__(self, coordinator: Coordinator, forwarder: Forwarder | None = None) -> None:
         self._coordinator = coordinator
@@ -278,6 +298,7 @@ def _heartbeat_error_fields(e: ApiError, member_id: str) -> dict[str, Any]:
 
 class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
     IS_COORDINATOR = False
+    SERVICE = admin_pb2.DESCRIPTOR.services_by_name["GroupAdmin"].full_name
 
     def __init__(
         self,

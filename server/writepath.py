@@ -13,6 +13,7 @@ The lease keeper adds and removes whole shards (`take_shards`, `drop_shards`).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
@@ -23,6 +24,7 @@ from regroup.reconciler import (
     Context,
     Group,
     GroupConfig,
+    GroupState,
     MemberState,
     Record,
     Result,
@@ -37,6 +39,7 @@ from regroup.reconciler.connect import connectors_image
 from regroup.reconciler.errors import CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator
 from regroup.reconciler.liveness import EVERYONE_IN_DOUBT, NOTHING_IN_DOUBT, WriteInDoubt
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
+from regroup.reconciler.records import TargetAssignmentEpochRecord
 
 from .assigner import Assigner
 from .clock import Clock
@@ -44,6 +47,7 @@ from .events import log_records
 from .shards import ShardTable
 from .store import Fence, GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
 from .storewatch import StoreWatch
+from .telemetry import Metrics
 from .timers import TimerKey, TimerQueue
 
 T = TypeVar("T")
@@ -57,6 +61,13 @@ NOT_SERVED = (CoordinatorNotAvailable, CoordinatorLoadInProgress, NotCoordinator
 
 #: An operation computed elsewhere with more records than this prepares its rows in a thread.
 PREPARE_INLINE_MAX_RECORDS = 32
+
+#: The operations that are a member's heartbeat (metrics count them unchanged or written).
+HEARTBEAT_CAUSES = frozenset({"heartbeat", "leave"})
+#: Up to this many members, whether a group became Stable is read after each of its writes;
+#: a bigger group is read at most once per STABLE_CHECK_MS (the state passes over members).
+STABLE_CHECK_EVERY_WRITE_MAX = 200
+STABLE_CHECK_MS = 50
 
 
 class _KeyedLocks:
@@ -124,6 +135,12 @@ class GroupWriter:
         self.shards = ShardTable(store.replica_id)
         #: Called when the store refused a write's fence: the lease keeper looks at once.
         self.fence_failed: Callable[[], None] = lambda: None
+        #: Where the write path records (no-ops until the app gives it a provider's).
+        self.metrics = Metrics()
+        #: Groups whose epoch was bumped and that have not been Stable since: when (wall ms).
+        self._unsettled: dict[str, int] = {}
+        #: Big groups whose Stable check waits (at most one check per STABLE_CHECK_MS each).
+        self._stable_checks: dict[str, asyncio.TimerHandle] = {}
 
     async def load_topics(self) -> None:
         """Loads every topic from the store."""
@@ -164,6 +181,10 @@ class GroupWriter:
         self._stale.pop(group_id, None)
         self._connect_images.pop(group_id, None)
         self.assigner.forget((group_id,))
+        self._unsettled.pop(group_id, None)
+        check = self._stable_checks.pop(group_id, None)
+        if check is not None:
+            check.cancel()
 
     def in_doubt(self, group_id: str) -> WriteInDoubt:
         """What the group's failed writes may have changed (nothing when it is current)."""
@@ -213,6 +234,7 @@ class GroupWriter:
         cause: str,
         new_member_id: str = "",
         group_type: str | None = None,
+        computed_elsewhere: bool = False,
     ) -> T:
         """Runs `op` on the group under its lock; stores and replays its records.
 
@@ -232,18 +254,31 @@ class GroupWriter:
             # without yielding) before its first await.
             group = self.groups.get(group_id)
             ctx = self.context(group_id, group, group_type, new_member_id)
+            started = time.perf_counter()
             outcome, op_now_ms = op(group, ctx), ctx.now_ms
             if isinstance(outcome, Result) and not outcome.records:
                 self.apply_timers(group_id, outcome.timers, op_now_ms)
+                if cause in HEARTBEAT_CAUSES:
+                    self.metrics.heartbeat(written=False)
                 return outcome.response
+            if isinstance(outcome, Result) and not computed_elsewhere:
+                self._note_inline_computation(outcome.records, started)
         lock = self._locks.take(group_id)
         try:
             async with lock:
                 if outcome is None:
-                    return await self._run_locked(group_id, op, cause, new_member_id, group_type)
+                    return await self._run_locked(
+                        group_id, op, cause, new_member_id, group_type, computed_elsewhere
+                    )
                 return await self._finish(group_id, group, outcome, cause, op_now_ms, fence)
         finally:
             self._locks.give_back(group_id)
+
+    def _note_inline_computation(self, records: Sequence[Record], started: float) -> None:
+        """A target computed within the operation (not by the worker process): the
+        operation's time is the figure, the computation being nearly all of it."""
+        if records and any(type(r) is TargetAssignmentEpochRecord for r in records):
+            self.metrics.computed("inline", time.perf_counter() - started)
 
     def context(
         self, group_id: str, group: Group | None, group_type: str | None, new_member_id: str
@@ -260,13 +295,21 @@ class GroupWriter:
         cause: str,
         new_member_id: str,
         group_type: str | None = None,
+        computed_elsewhere: bool = False,
     ) -> T:
         """Runs `op` with the group's lock held."""
         # Again: the shard may have moved while this waited for the lock.
         fence = self.shards.fence(group_id, self.clock.monotonic_ms())
         group = await self._current_group(group_id)
         ctx = self.context(group_id, group, group_type, new_member_id)
-        return await self._finish(group_id, group, op(group, ctx), cause, ctx.now_ms, fence)
+        started = time.perf_counter()
+        outcome = op(group, ctx)
+        if isinstance(outcome, Result):
+            if not outcome.records and cause in HEARTBEAT_CAUSES:
+                self.metrics.heartbeat(written=False)
+            elif not computed_elsewhere:
+                self._note_inline_computation(outcome.records, started)
+        return await self._finish(group_id, group, outcome, cause, ctx.now_ms, fence)
 
     async def _finish(
         self,
@@ -291,9 +334,13 @@ class GroupWriter:
                 write = await asyncio.to_thread(prepare_write, group_id, result.records)
         if result.records:
             await self._store(group_id, result.records, write, fence)
+            if cause in HEARTBEAT_CAUSES:
+                self.metrics.heartbeat(written=True)
             if not self.shards.holds(fence):
                 return result.response
-            log_records(self.log, group, group_id, result.records, cause)
+            bump = log_records(self.log, group, group_id, result.records, cause)
+            if bump is not None:
+                self.metrics.epoch_bumped(bump)
             try:
                 replayed = replay_all(group, group_id, result.records)
             except Exception:
@@ -304,11 +351,46 @@ class GroupWriter:
                 self.groups.pop(group_id, None)
                 self._connect_images.pop(group_id, None)
                 self.assigner.forget((group_id,))
+                self._unsettled.pop(group_id, None)
             else:
                 self.groups[group_id] = replayed
                 self.assigner.observe(group_id, replayed, result.records)
+                if bump is not None:
+                    self._unsettled.setdefault(group_id, self.clock.wall_ms())
+                if group_id in self._unsettled:
+                    self._check_stable(group_id)
         self.apply_timers(group_id, result.timers, op_now_ms)
         return result.response
+
+    def _check_stable(self, group_id: str) -> None:
+        """Records the time since the group's epoch bump once it is Stable. Reading the
+        state passes over the members, so a big group is checked at most once per
+        STABLE_CHECK_MS (a pending check covers the writes in between)."""
+        group = self.groups.get(group_id)
+        if group is None or group_id not in self._unsettled:
+            return
+        if len(group.members) > STABLE_CHECK_EVERY_WRITE_MAX:
+            if group_id in self._stable_checks:
+                return
+            loop = asyncio.get_running_loop()
+            self._stable_checks[group_id] = loop.call_later(
+                STABLE_CHECK_MS / 1000, self._delayed_stable_check, group_id
+            )
+            return
+        self._stable_now(group_id, group)
+
+    def _delayed_stable_check(self, group_id: str) -> None:
+        self._stable_checks.pop(group_id, None)
+        group = self.groups.get(group_id)
+        if group is not None and group_id in self._unsettled and not self._stable_now(group_id, group):
+            self._check_stable(group_id)
+
+    def _stable_now(self, group_id: str, group: Group) -> bool:
+        if group.state() is not GroupState.STABLE:
+            return False
+        bumped_ms = self._unsettled.pop(group_id)
+        self.metrics.stable(max(0, self.clock.wall_ms() - bumped_ms) / 1000)
+        return True
 
     async def _store(
         self, group_id: str, records: Sequence[Record], write: PreparedWrite | None, fence: Fence
@@ -317,12 +399,16 @@ class GroupWriter:
         # A plain try rather than a context manager: this runs for every write, and an
         # async one costs a generator and two more awaits each time.
         self._refuse_if_store_down(group_id)
+        started = time.perf_counter()
         try:
             await self.store.append(group_id, write or records, fence)
         except (StoreUnavailable, NotOwner) as e:
+            self.metrics.stored(time.perf_counter() - started, ok=False)
             raise self._write_failed(group_id, e, WriteInDoubt.of(records)) from e
         except StoreConflict as e:
+            self.metrics.stored(time.perf_counter() - started, ok=False)
             raise self._write_conflicted(group_id, e) from e
+        self.metrics.stored(time.perf_counter() - started, ok=True)
 
     def _write_conflicted(self, group_id: str, e: StoreConflict) -> ApiError:
         """Postgres refused a group's write for a constraint: the store holds what this

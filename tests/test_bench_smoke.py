@@ -32,6 +32,14 @@ def test_steady_accept_depth_comparison_smoke() -> None:
     assert summary["throughput_ratio"] > 0
 
 
+def test_steady_metrics_comparison_smoke() -> None:
+    from bench import steady
+
+    summary = steady.main(["--quick", "--seconds", "1", "--metrics"])
+    assert summary["throughput_ratio"] > 0
+    assert not summary["errors"]
+
+
 def test_convergence_smoke() -> None:
     from bench import convergence
 

@@ -118,6 +118,7 @@ class Replica:
             REGROUP_ASSIGNMENT_INTERVAL_MS="0",
             REGROUP_SHUTDOWN_GRACE_S="1",
             REGROUP_LOG_LEVEL="info",
+            REGROUP_METRICS_LISTEN="off",
             PYTHONUNBUFFERED="1",
         )
         self._log_path = logs / f"{name}.log"

@@ -66,6 +66,8 @@ def regroup_address(
         "REGROUP_HEARTBEAT_INTERVAL_MS": "250",
         "REGROUP_SESSION_TIMEOUT_MS": "5000",
         "REGROUP_LOG_LEVEL": "warning",
+        # Any free port: other servers of the run may hold the default one.
+        "REGROUP_METRICS_LISTEN": "127.0.0.1:0",
     }
     log = tmp_path_factory.mktemp("regroup") / "server.log"
     with log.open("wb") as out:

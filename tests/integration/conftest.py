@@ -64,6 +64,8 @@ async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
         # Targets are computed on every bump unless a test asks for batching,
         # so that tests can drive rounds of heartbeats without waiting.
         overrides.setdefault("assignment_interval_ms", 0)
+        # Many servers run in one process: a test that reads metrics asks for an endpoint.
+        overrides.setdefault("metrics_listen", "off")
         if clock is not None:
             # A manual clock moves by minutes at once: see tests/support/leases.py.
             overrides.setdefault("lease_ms", MANUAL_LEASE_MS)

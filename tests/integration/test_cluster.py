@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -78,6 +79,13 @@ async def _agreed_owner(addresses: list[str], timeout_s: float) -> str:
         await asyncio.sleep(0.1)
 
 
+def _shards_held(port: int) -> int:
+    """regroup_shards_held as the replica's Prometheus endpoint reads it now."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    (line,) = [x for x in text.splitlines() if x.startswith("regroup_shards_held")]
+    return int(float(line.split()[-1]))
+
+
 class Output:
     """The launcher's lines as they come (also kept for the assertion messages)."""
 
@@ -110,6 +118,7 @@ class Output:
 async def test_three_replicas_fail_over_by_hand_and_stop_together(tmp_path: Path) -> None:
     first = _consecutive_free_ports(3)
     addresses = [f"127.0.0.1:{first + i}" for i in range(3)]
+    metrics_first = _consecutive_free_ports(3)
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     # A short lease, so that the failover takes a second or two; a short heartbeat
     # interval, so that the watch script's member notices it as soon.
@@ -118,6 +127,7 @@ async def test_three_replicas_fail_over_by_hand_and_stop_together(tmp_path: Path
         REGROUP_LISTEN=addresses[0],
         REGROUP_LEASE_MS="1500",
         REGROUP_HEARTBEAT_INTERVAL_MS="300",
+        REGROUP_METRICS_LISTEN=f"127.0.0.1:{metrics_first}",
     )
     launcher = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -142,6 +152,10 @@ async def test_three_replicas_fail_over_by_hand_and_stop_together(tmp_path: Path
         for i in (1, 2, 3):
             await out.wait_for(rf'^replica-{i} \| \{{.*"event": "server_started"', 1)
         owner = await _agreed_owner(addresses, 30)
+        # Each replica serves its metrics on its own port, consecutive from REGROUP_METRICS_LISTEN:
+        # together they hold every shard.
+        held = [await asyncio.to_thread(_shards_held, metrics_first + i) for i in range(3)]
+        assert sum(held) == 64, held
 
         # README's watch script: a member at a replica that does not coordinate the group.
         script = tmp_path / "watch.py"

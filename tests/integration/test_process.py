@@ -8,12 +8,14 @@ import os
 import signal
 import socket
 import sys
+import urllib.request
 from pathlib import Path
 
 import grpc
 import psutil
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from regroup.server.main import main
 from tests.support.wire import Stubs, WireMember
@@ -27,9 +29,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _start(data_dir: Path, port: int) -> asyncio.subprocess.Process:
+async def _start(data_dir: Path, port: int, metrics_port: int = 0) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env.update(REGROUP_DATA_DIR=str(data_dir), REGROUP_LISTEN=f"127.0.0.1:{port}")
+    # Another server of the test run may hold the default port: any free one.
+    env.update(REGROUP_METRICS_LISTEN=f"127.0.0.1:{metrics_port}")
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -62,8 +66,8 @@ async def _stop(process: asyncio.subprocess.Process) -> list[dict[str, object]]:
 
 
 async def test_service_runs_on_its_embedded_postgres_and_keeps_data_across_restarts(tmp_path: Path) -> None:
-    port = _free_port()
-    process = await _start(tmp_path / "data", port)
+    port, metrics_port = _free_port(), _free_port()
+    process = await _start(tmp_path / "data", port, metrics_port)
     try:
         await _wait_serving(port)
         stubs = Stubs.connect(f"127.0.0.1:{port}")
@@ -71,8 +75,20 @@ async def test_service_runs_on_its_embedded_postgres_and_keeps_data_across_resta
         member = WireMember(stubs.coordinator, "g1", "m", ["orders"])
         await member.heartbeat()
         await stubs.channel.close()
+        # The Prometheus endpoint of the process: the join's heartbeat wrote the group.
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        text = (await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())).decode()
+        samples = {
+            (s.name, tuple(v for k, v in sorted(s.labels.items()) if not k.startswith("otel_"))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        assert samples[("regroup_heartbeats_total", ("written",))] == 1
+        assert samples[("regroup_group_epoch_bumps_total", ("member_joined",))] == 1
     finally:
         events = await _stop(process)
+    started = next(e for e in events if e["event"] == "server_started")
+    assert started["metrics"] == f"127.0.0.1:{metrics_port}"
     names = [e["event"] for e in events]
     assert names[0] == "migrations_applied"
     assert {

@@ -18,6 +18,14 @@ def test_replicas_take_consecutive_ports_from_the_listen_address() -> None:
     assert replica_specs("[::1]:7000", 1) == [ReplicaSpec("replica-1", "[::1]:7000")]
 
 
+def test_replicas_take_consecutive_metrics_ports_unless_off_or_any() -> None:
+    specs = replica_specs("127.0.0.1:50051", 3, "127.0.0.1:9464")
+    assert [s.metrics_listen for s in specs] == ["127.0.0.1:9464", "127.0.0.1:9465", "127.0.0.1:9466"]
+    assert replica_environment({}, specs[1], "postgresql://db")["REGROUP_METRICS_LISTEN"] == "127.0.0.1:9465"
+    for shared in ("off", "127.0.0.1:0"):
+        assert {s.metrics_listen for s in replica_specs("127.0.0.1:50051", 3, shared)} == {shared}
+
+
 def test_each_replica_gets_the_shared_database_and_its_own_name_and_address() -> None:
     base = {
         "REGROUP_LEASE_MS": "3000",

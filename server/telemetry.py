@@ -1,0 +1,283 @@
+"""Metrics: the server's instruments (OpenTelemetry metrics API) and where they are exported.
+
+`Metrics` holds every instrument; the write path, the scheduler and the servicers record
+into it. Without a provider its instruments are the API's no-ops, which is what tests and
+the in-memory seams get by default. `start_metrics` builds the SDK's `MeterProvider` with:
+
+- a Prometheus endpoint (`REGROUP_METRICS_LISTEN`, default 127.0.0.1:9464, "off" for
+  none), served by prometheus_client from a registry of this server's own, so that
+  several servers in one process (tests) do not mix their figures;
+- an OTLP exporter when the standard `OTEL_EXPORTER_OTLP_ENDPOINT` or
+  `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` variable is set (its other `OTEL_*` variables
+  apply as the exporter reads them).
+
+Names follow OpenTelemetry's semantic conventions where one applies (`rpc.server.duration`,
+its `rpc.system`, `rpc.service`, `rpc.method` and `rpc.grpc.status_code` attributes), and
+are regroup's own under `regroup.` otherwise. Durations are in seconds except
+`rpc.server.duration` (milliseconds, as that convention has it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from opentelemetry import metrics as otel_metrics
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+T = TypeVar("T")
+
+#: Attributes by (service, method, error code, status): built once, not per call.
+_RpcKey = tuple[str, str, int, str]
+
+#: A group's state and type as the gauges report them.
+GroupCounts = Callable[[], Mapping[tuple[str, str], int]]
+
+
+@dataclass(frozen=True)
+class Gauges:
+    """What the observable gauges read when metrics are collected (never on a request)."""
+
+    groups: GroupCounts
+    members: Callable[[], int]
+    revocations_pending: Callable[[], int]
+    shards_held: Callable[[], int]
+
+
+class Metrics:
+    """Every instrument of the server. Recording is a counter add or a histogram record:
+    a few microseconds, measured against a heartbeat that changes nothing in bench/."""
+
+    def __init__(self, meter: Meter | None = None) -> None:
+        meter = meter or otel_metrics.NoOpMeter("regroup.server")
+        self.meter = meter
+        self.rpc_duration = meter.create_histogram(
+            "rpc.server.duration", unit="ms", description="Duration of the RPCs this server answered."
+        )
+        #: Heartbeats answered that wrote nothing, and that wrote: plain integers on the hot
+        #: path (a counter's add costs about 5 us in the SDK, a tenth of what regroup itself
+        #: spends on such a heartbeat), read by an observable counter at each collection.
+        self.heartbeats_unchanged = 0
+        self.heartbeats_written = 0
+        meter.create_observable_counter(
+            "regroup.heartbeats",
+            [self._observe_heartbeats],
+            unit="{heartbeat}",
+            description="Heartbeats answered, by outcome: unchanged (no write) or written.",
+        )
+        self.epoch_bumps = meter.create_counter(
+            "regroup.group.epoch_bumps", unit="{bump}", description="Group epoch bumps, by reason."
+        )
+        self.computations = meter.create_counter(
+            "regroup.assignment.computations",
+            unit="{computation}",
+            description="Target assignments computed, inline (in the request) or offloaded (worker process).",
+        )
+        self.computation_duration = meter.create_histogram(
+            "regroup.assignment.computation.duration",
+            unit="s",
+            description="How long computing a target assignment took.",
+        )
+        self.stabilization = meter.create_histogram(
+            "regroup.group.stabilization.duration",
+            unit="s",
+            description="From a group epoch bump until the group is Stable at that epoch or a later one.",
+        )
+        self.timeouts = meter.create_counter(
+            "regroup.timeouts", unit="{timeout}", description="Session and rebalance timeouts that fired."
+        )
+        self.store_transactions = meter.create_counter(
+            "regroup.store.transactions",
+            unit="{transaction}",
+            description="Group writes sent to Postgres, by outcome (ok, failed).",
+        )
+        self.store_duration = meter.create_histogram(
+            "regroup.store.transaction.duration", unit="s", description="How long a group write took."
+        )
+        self.offsets = meter.create_counter(
+            "regroup.offsets",
+            unit="{partition}",
+            description="Partition offsets committed, or refused, by outcome (the error code's name).",
+        )
+        self._rpc_attributes: dict[_RpcKey, dict[str, Any]] = {}
+
+    def _observe_heartbeats(self, _: CallbackOptions) -> Iterable[Observation]:
+        # Two reads of ints another thread increments: each is atomic, and a total only grows.
+        return [
+            Observation(self.heartbeats_unchanged, {"outcome": "unchanged"}),
+            Observation(self.heartbeats_written, {"outcome": "written"}),
+        ]
+
+    # -- recording ---------------------------------------------------------------------
+
+    def rpc(self, service: str, method: str, started: float, error_code: int, status: str = "OK") -> None:
+        """One answered RPC: `started` is `time.perf_counter()` at its start."""
+        key = (service, method, error_code, status)
+        attributes = self._rpc_attributes.get(key)
+        if attributes is None:
+            attributes = self._rpc_attributes[key] = {
+                "rpc.system": "grpc",
+                "rpc.service": service,
+                "rpc.method": method,
+                "rpc.grpc.status_code": status,
+                "regroup.error_code": error_code,
+            }
+        self.rpc_duration.record((time.perf_counter() - started) * 1000, attributes)
+
+    def heartbeat(self, written: bool) -> None:
+        if written:
+            self.heartbeats_written += 1
+        else:
+            self.heartbeats_unchanged += 1
+
+    def epoch_bumped(self, reason: str) -> None:
+        self.epoch_bumps.add(1, {"reason": reason})
+
+    def computed(self, mode: str, seconds: float) -> None:
+        self.computations.add(1, {"mode": mode})
+        self.computation_duration.record(seconds, {"mode": mode})
+
+    def stable(self, seconds: float) -> None:
+        self.stabilization.record(seconds)
+
+    def timed_out(self, kind: str) -> None:
+        self.timeouts.add(1, {"kind": kind})
+
+    def stored(self, seconds: float, ok: bool) -> None:
+        outcome = {"outcome": "ok" if ok else "failed"}
+        self.store_transactions.add(1, outcome)
+        self.store_duration.record(seconds, outcome)
+
+    def offsets_outcome(self, counts: Mapping[str, int]) -> None:
+        for outcome, n in counts.items():
+            self.offsets.add(n, {"outcome": outcome})
+
+    # -- gauges --------------------------------------------------------------------------
+
+    def observe(self, gauges: Gauges) -> None:
+        """Registers the gauges, read from the coordinator at each collection."""
+
+        def groups(_: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(n, {"group.type": kind, "group.state": state})
+                for (kind, state), n in gauges.groups().items()
+            ]
+
+        def one(read: Callable[[], int]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            return lambda _: [Observation(read())]
+
+        self.meter.create_observable_gauge(
+            "regroup.groups", [groups], unit="{group}", description="Groups in memory, by type and state."
+        )
+        self.meter.create_observable_gauge(
+            "regroup.members", [one(gauges.members)], unit="{member}", description="Members of those groups."
+        )
+        self.meter.create_observable_gauge(
+            "regroup.revocations.pending",
+            [one(gauges.revocations_pending)],
+            unit="{partition}",
+            description="Partitions (or Connect resources) members were asked to revoke and have not yet.",
+        )
+        self.meter.create_observable_gauge(
+            "regroup.shards.held",
+            [one(gauges.shards_held)],
+            unit="{shard}",
+            description="Shards whose lease this replica holds.",
+        )
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, gauges: Gauges, timeout_s: float = 2.0) -> Gauges:
+    """`gauges` read on `loop`'s thread: Prometheus scrapes from its own thread, while the
+    groups change on the loop (iterating them from another thread could see a dict change
+    size). A read from the loop's own thread (an in-process reader) runs directly."""
+
+    def run(read: Callable[[], T]) -> Callable[[], T]:
+        def on_the_loop() -> T:
+            if threading.get_ident() == loop_thread[0]:
+                return read()
+            future = concurrent.futures.Future[T]()
+
+            def call() -> None:
+                try:
+                    future.set_result(read())
+                except Exception as e:  # noqa: BLE001 - handed to the reader, which reports it
+                    future.set_exception(e)
+
+            loop.call_soon_threadsafe(call)
+            return future.result(timeout_s)
+
+        return on_the_loop
+
+    loop_thread = [threading.get_ident()]  # on_loop is called on the loop's thread
+    return Gauges(
+        run(gauges.groups), run(gauges.members), run(gauges.revocations_pending), run(gauges.shards_held)
+    )
+
+
+@dataclass
+class MetricsRuntime:
+    """The SDK's provider and the Prometheus endpoint of one server, stopped together."""
+
+    metrics: Metrics
+    provider: Any = None
+    http: Any = None
+    thread: Any = None
+    #: The Prometheus endpoint's port (0 when there is none).
+    port: int = 0
+
+    def shutdown(self) -> None:
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        if self.provider is not None:
+            self.provider.shutdown()
+
+
+def otlp_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    return bool(
+        environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    )
+
+
+def start_metrics(listen: str, replica_id: str, environ: Mapping[str, str] = os.environ) -> MetricsRuntime:
+    """The provider for `listen` (host:port of the Prometheus endpoint, or "off") and OTLP
+    if the environment asks for it; plain no-ops when neither."""
+    from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    readers: list[MetricReader] = []
+    http = thread = None
+    port = 0
+    if listen != "off":
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        registry = CollectorRegistry(auto_describe=True)
+        readers.append(PrometheusMetricReader(registry=registry))
+        host, _, port_text = listen.rpartition(":")
+        address = host.strip("[]") or "0.0.0.0"
+        http, thread = start_http_server(int(port_text), addr=address, registry=registry)
+        port = int(http.server_port)
+    if otlp_wanted(environ):
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+    if not readers:
+        return MetricsRuntime(Metrics())
+    resource = Resource.create({"service.name": "regroup", "service.instance.id": replica_id})
+    # No exemplars: sampling them costs every record a look at the current span.
+    provider = MeterProvider(
+        resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
+    )
+    metrics = Metrics(provider.get_meter("regroup.server"))
+    return MetricsRuntime(metrics, provider, http, thread, port)
