@@ -457,7 +457,7 @@ def test_a_headless_service_reaches_every_replica(helm: str) -> None:
     assert headless["spec"]["selector"] == client["spec"]["selector"]
     assert selects(headless["spec"]["selector"], pods(docs)["Deployment"]["metadata"]["labels"])
     assert not selects(headless["spec"]["selector"], pods(docs)["Job"]["metadata"]["labels"])
-    (port,) = headless["spec"]["ports"]
+    (port,) = [p for p in headless["spec"]["ports"] if p["name"] == "grpc"]
     assert (port["port"], port["targetPort"]) == (50051, "grpc")
     assert client["spec"].get("clusterIP") != "None"
     assert not client["spec"].get("publishNotReadyAddresses")
@@ -686,3 +686,49 @@ def test_the_readme_commands_render(helm: str) -> None:
             args[i : i + 2] = ["--set", DB]
         rendered = run(helm, "template", release, str(CHART), *args)
         assert rendered.returncode == 0, f"{' '.join(words)}\n{rendered.stderr}"
+
+
+# --- Metrics (issue 21) -------------------------------------------------------------------------
+
+
+def test_every_replica_serves_metrics_on_a_named_port_of_the_headless_service(helm: str) -> None:
+    from regroup.server.config import load_settings
+
+    docs = render(helm, DB)
+    container = pods(docs)["Deployment"]["spec"]["containers"][0]
+    assert load_settings(container_env(container)).metrics_listen == "0.0.0.0:9464"
+    assert {"name": "metrics", "containerPort": 9464, "protocol": "TCP"} in container["ports"]
+    headless = one(docs, "Service", "rg-regroup-headless")
+    (port,) = [p for p in headless["spec"]["ports"] if p["name"] == "metrics"]
+    assert (port["port"], port["targetPort"]) == (9464, "metrics")
+    # Clients' Service: gRPC only (a scrape through it would reach one replica at random).
+    assert [p["name"] for p in one(docs, "Service", "rg-regroup")["spec"]["ports"]] == ["grpc"]
+    assert not [d for d in docs if d["kind"] == "ServiceMonitor"]
+
+    off = render(helm, DB, "metrics.enabled=false")
+    container = pods(off)["Deployment"]["spec"]["containers"][0]
+    assert load_settings(container_env(container)).metrics_listen == "off"
+    assert [p["name"] for p in container["ports"]] == ["grpc"]
+    assert [p["name"] for p in one(off, "Service", "rg-regroup-headless")["spec"]["ports"]] == ["grpc"]
+
+
+def test_a_service_monitor_scrapes_every_replica(helm: str) -> None:
+    import yaml
+
+    sets = (DB, "metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.labels.release=prom")
+    docs = render(helm, *sets, "metrics.port=9100")
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    headless = one(docs, "Service", "rg-regroup-headless")
+    assert selects(monitor["spec"]["selector"]["matchLabels"], headless["metadata"]["labels"])
+    assert any(p["name"] == "metrics" and p["port"] == 9100 for p in headless["spec"]["ports"])
+    # The rest validates as before (the ServiceMonitor is a CRD: its schema is not available offline).
+    others = yaml.safe_dump_all([d for d in docs if d["kind"] != "ServiceMonitor"])
+    validate = Path(sys.executable).parent / "kubernetes-validate"
+    result = run(str(validate), "--strict", "--quiet", "-", stdin=others)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "metrics.serviceMonitor.interval" in render_error(
+        helm, DB, "metrics.serviceMonitor.interval=often"
+    )

@@ -196,6 +196,8 @@ REGROUP_ADVERTISED_ADDRESS is where the other replicas (forwarding) and the clie
   value: {{ int64 .Values.config.leaseRenewMs | quote }}
 - name: REGROUP_FORWARD
   value: {{ .Values.config.forward | toString | quote }}
+- name: REGROUP_METRICS_LISTEN
+  value: {{ ternary (printf "0.0.0.0:%d" (int .Values.metrics.port)) "off" .Values.metrics.enabled | quote }}
 {{- end -}}
 
 {{/*
