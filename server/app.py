@@ -6,6 +6,7 @@ import asyncio
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 import grpc
@@ -27,7 +28,7 @@ from .runtime import Coordinator
 from .service import GroupAdminService, GroupCoordinatorService
 from .store import PostgresStore, StoreUnavailable
 from .storewatch import StoreWatch
-from .telemetry import MetricsRuntime, on_loop, start_metrics
+from .telemetry import MetricsRuntime, on_loop, start_metrics, start_tracing
 
 log = structlog.get_logger("regroup")
 
@@ -115,6 +116,10 @@ class RegroupServer:
     _widener: AcceptWidener | None = None
     _watch: StoreWatch | None = None
     _metrics: MetricsRuntime | None = None
+    #: Where the server's spans go: None reads the standard OTEL_* variables (off unless they
+    #: ask for traces); tests give an SDK TracerProvider with an in-memory exporter.
+    tracer_provider: Any = None
+    _own_tracer_provider: Any = None
 
     @property
     def metrics_port(self) -> int:
@@ -161,6 +166,11 @@ class RegroupServer:
             ),
         )
         self.coordinator.writer.metrics = self._metrics.metrics
+        provider = self.tracer_provider
+        if provider is None:
+            provider = self._own_tracer_provider = start_tracing(self._store.replica_id)
+        if provider is not None:
+            self.coordinator.writer.tracer = provider.get_tracer("regroup.server")
         self._metrics.metrics.observe(on_loop(asyncio.get_running_loop(), self.coordinator.gauges()))
         self._forwarder = Forwarder(
             self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit
@@ -247,6 +257,9 @@ class RegroupServer:
         metrics, self._metrics = self._metrics, None
         if metrics is not None:
             await asyncio.to_thread(metrics.shutdown)
+        provider, self._own_tracer_provider = self._own_tracer_provider, None
+        if provider is not None:
+            await asyncio.to_thread(provider.shutdown)  # flushes the last spans
         if store is not None:
             await store.close()
             log.info("server_stopped")

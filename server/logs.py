@@ -7,6 +7,8 @@ import sys
 
 import structlog
 
+from .telemetry import add_trace_ids
+
 
 def configure_logging(level: str = "info") -> None:
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
@@ -15,6 +17,7 @@ def configure_logging(level: str = "info") -> None:
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
+            add_trace_ids,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(),

@@ -154,10 +154,21 @@ class Scheduler:
             return job
         self._computing.add(group_id)
         started = time.perf_counter()
+        tracer = self.writer.tracer
+        span = (
+            None
+            if tracer is None
+            else tracer.start_span(
+                "regroup.assignment.compute",
+                attributes={"regroup.group_id": group_id, "regroup.assignment.mode": "offloaded"},
+            )
+        )
         try:
             records = await self.assigner.compute(group_id, job.group, job.pending)
         finally:
             self._computing.discard(group_id)
+            if span is not None:
+                span.end()
         self.writer.metrics.computed("offloaded", time.perf_counter() - started)
 
         async def install(group: Group | None, ctx: Context) -> Result[bool]:

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import grpc
 import structlog
+from opentelemetry import propagate
+from opentelemetry.trace import SpanKind
 
 from regroup.reconciler import ApiError, ErrorCode, Topic, TopicsImage
 from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidRequest, NotCoordinator
@@ -51,6 +53,23 @@ def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Req, context: Ctx) -> Resp:
+        tracer = self._coordinator.writer.tracer
+        if tracer is None:
+            return await measured(self, request, context)
+        with tracer.start_as_current_span(
+            f"{self.SERVICE}/{name}",
+            context=propagate.extract(dict(context.invocation_metadata() or ())),
+            kind=SpanKind.SERVER,
+            attributes=_span_attributes(self.SERVICE, name, request),
+        ) as span:
+            response = await measured(self, request, context)
+            span.set_attribute("regroup.error_code", int(getattr(response, "error_code", 0)))
+            epoch = getattr(response, "member_epoch", None)
+            if isinstance(epoch, int):
+                span.set_attribute("regroup.response.member_epoch", epoch)
+            return response
+
+    async def measured(self: Any, request: Req, context: Ctx) -> Resp:
         started = time.perf_counter()
         metrics: Metrics = self._coordinator.writer.metrics
         try:
@@ -70,6 +89,21 @@ def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
         return response
 
     return wrapper
+
+
+def _span_attributes(service: str, method: str, request: Any) -> dict[str, Any]:
+    """The RPC's semantic-convention attributes, and the group, member and epoch it is about."""
+    attributes: dict[str, Any] = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
+    for field, key in (
+        ("group_id", "regroup.group_id"),
+        ("member_id", "regroup.member_id"),
+        ("member_epoch", "regroup.member_epoch"),
+        ("group_epoch", "regroup.group_epoch"),
+    ):
+        value = getattr(request, field, None)
+        if isinstance(value, str | int) and value != "":
+            attributes[key] = value
+    return attributes
 
 
 def _status_name(context: Ctx) -> str:

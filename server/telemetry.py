@@ -24,11 +24,12 @@ import concurrent.futures
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace as otel_trace
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 T = TypeVar("T")
@@ -281,3 +282,54 @@ def start_metrics(listen: str, replica_id: str, environ: Mapping[str, str] = os.
     )
     metrics = Metrics(provider.get_meter("regroup.server"))
     return MetricsRuntime(metrics, provider, http, thread, port)
+
+
+# -- traces ----------------------------------------------------------------------------------
+
+
+def tracing_wanted(environ: Mapping[str, str] = os.environ) -> bool:
+    """Traces are off unless the standard OpenTelemetry variables ask for them: an OTLP
+    endpoint, or OTEL_TRACES_EXPORTER naming an exporter; OTEL_SDK_DISABLED=true wins."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporters == "none":
+        return False
+    endpoint = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    return bool(exporters or endpoint)
+
+
+def start_tracing(replica_id: str, environ: Mapping[str, str] = os.environ) -> Any:
+    """A TracerProvider exporting as OTEL_TRACES_EXPORTER says (otlp, the default, and/or
+    console), sampled as OTEL_TRACES_SAMPLER says (the SDK reads it); None when off."""
+    if not tracing_wanted(environ):
+        return None
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+    exporters: list[SpanExporter] = []
+    for name in (environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() or "otlp").split(","):
+        name = name.strip()
+        if name == "otlp":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+            exporters.append(OTLPSpanExporter())
+        elif name == "console":
+            exporters.append(ConsoleSpanExporter())
+        else:
+            raise ValueError(f"OTEL_TRACES_EXPORTER: unknown exporter {name!r} (otlp, console or none).")
+    resource = Resource.create({"service.name": "regroup", "service.instance.id": replica_id})
+    provider = TracerProvider(resource=resource)
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: the trace and span ids of the span the event was logged in."""
+    context = otel_trace.get_current_span().get_span_context()
+    if context.is_valid:
+        event["trace_id"] = format(context.trace_id, "032x")
+        event["span_id"] = format(context.span_id, "016x")
+    return event

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from regroup.reconciler import (
     ApiError,
@@ -48,6 +48,9 @@ from .shards import ShardTable
 from .store import Fence, GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
 from .storewatch import StoreWatch
 from .telemetry import Metrics
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 from .timers import TimerKey, TimerQueue
 
 T = TypeVar("T")
@@ -137,6 +140,8 @@ class GroupWriter:
         self.fence_failed: Callable[[], None] = lambda: None
         #: Where the write path records (no-ops until the app gives it a provider's).
         self.metrics = Metrics()
+        #: The tracer of the RPCs' spans and their children (None: traces are off).
+        self.tracer: Tracer | None = None
         #: Groups whose epoch was bumped and that have not been Stable since: when (wall ms).
         self._unsettled: dict[str, int] = {}
         #: Big groups whose Stable check waits (at most one check per STABLE_CHECK_MS each).
@@ -276,9 +281,19 @@ class GroupWriter:
 
     def _note_inline_computation(self, records: Sequence[Record], started: float) -> None:
         """A target computed within the operation (not by the worker process): the
-        operation's time is the figure, the computation being nearly all of it."""
+        operation's time is the figure, the computation being nearly all of it. With
+        traces on, a span of that time (started then, ended now) under the RPC's."""
         if records and any(type(r) is TargetAssignmentEpochRecord for r in records):
-            self.metrics.computed("inline", time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.metrics.computed("inline", seconds)
+            if self.tracer is not None:
+                end = time.time_ns()
+                span = self.tracer.start_span(
+                    "regroup.assignment.compute",
+                    start_time=end - int(seconds * 1e9),
+                    attributes={"regroup.assignment.mode": "inline", "regroup.records": len(records)},
+                )
+                span.end(end_time=end)
 
     def context(
         self, group_id: str, group: Group | None, group_type: str | None, new_member_id: str
@@ -399,6 +414,17 @@ class GroupWriter:
         # A plain try rather than a context manager: this runs for every write, and an
         # async one costs a generator and two more awaits each time.
         self._refuse_if_store_down(group_id)
+        if self.tracer is not None:
+            with self.tracer.start_as_current_span(
+                "regroup.store.append",
+                attributes={"regroup.group_id": group_id, "regroup.records": len(records)},
+            ):
+                return await self._append(group_id, records, write, fence)
+        await self._append(group_id, records, write, fence)
+
+    async def _append(
+        self, group_id: str, records: Sequence[Record], write: PreparedWrite | None, fence: Fence
+    ) -> None:
         started = time.perf_counter()
         try:
             await self.store.append(group_id, write or records, fence)

@@ -59,7 +59,11 @@ async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
     started: list[Service] = []
 
     async def start(
-        clock: Any = None, run_timers: bool = True, interceptors: Sequence[Any] = (), **overrides: Any
+        clock: Any = None,
+        run_timers: bool = True,
+        interceptors: Sequence[Any] = (),
+        tracer_provider: Any = None,
+        **overrides: Any,
     ) -> Service:
         # Targets are computed on every bump unless a test asks for batching,
         # so that tests can drive rounds of heartbeats without waiting.
@@ -71,7 +75,9 @@ async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
             overrides.setdefault("lease_ms", MANUAL_LEASE_MS)
             overrides.setdefault("lease_renew_ms", MANUAL_LEASE_MS // 4)
         settings = Settings(listen="127.0.0.1:0", database_url=database, shutdown_grace_s=0.5, **overrides)
-        server = RegroupServer(settings, run_timers=run_timers, interceptors=interceptors)
+        server = RegroupServer(
+            settings, run_timers=run_timers, interceptors=interceptors, tracer_provider=tracer_provider
+        )
         if clock is not None:
             server.clock = clock
         await server.start()

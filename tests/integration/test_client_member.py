@@ -333,15 +333,9 @@ async def test_regex_subscription_and_changing_it(fast: Service) -> None:
 
 
 async def test_logs_and_spans(fast: Service, caplog: pytest.LogCaptureFixture) -> None:
-    from opentelemetry import trace
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from tests.support.spans import client_spans
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    trace.set_tracer_provider(provider)
+    exporter = client_spans()
     await fast.stubs.create_topic("t", 2)
     caplog.set_level(logging.INFO, logger="regroup.client")
     async with GroupMember(f"127.0.0.1:{fast.server.port}") as member:

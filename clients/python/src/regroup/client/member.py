@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import grpc
 
-from regroup.client._telemetry import span
+from regroup.client._telemetry import span, trace_metadata
 from regroup.client.assignors.base import AssignmentPlan, ClientAssignor
 from regroup.client.errors import (
     FENCING_CODES,
@@ -464,7 +464,9 @@ class GroupMember:
         endpoint = self._router.route(self._group_id)
         try:
             with span("regroup.heartbeat", group_id=self._group_id, member_epoch=request.member_epoch):
-                response = await getattr(endpoint.coordinator, self._wire.rpc)(request, timeout=timeout)
+                response = await getattr(endpoint.coordinator, self._wire.rpc)(
+                    request, timeout=timeout, metadata=trace_metadata()
+                )
         except asyncio.CancelledError:
             # close() stops the heartbeats: whoever waits for this acknowledgement (a
             # revocation in the reconciliation task) must not wait for ever.

@@ -26,6 +26,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import grpc
 
+from regroup.client._telemetry import trace_metadata
 from regroup.client.errors import RegroupError
 from regroup.v1 import admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
@@ -348,7 +349,7 @@ async def drive_async(router: CoordinatorRouter[Any], steps: Generator[Step, Any
         if isinstance(step, Send):
             try:
                 rpc = getattr(step.endpoint.stub(step.service), step.rpc)
-                value = await rpc(step.request, timeout=step.timeout)
+                value = await rpc(step.request, timeout=step.timeout, metadata=trace_metadata())
             except grpc.RpcError as err:
                 error = err
         elif isinstance(step, Sleep):
@@ -371,7 +372,7 @@ def drive_blocking(router: CoordinatorRouter[Any], steps: Generator[Step, Any, T
         if isinstance(step, Send):
             try:
                 rpc = getattr(step.endpoint.stub(step.service), step.rpc)
-                value = rpc(step.request, timeout=step.timeout)
+                value = rpc(step.request, timeout=step.timeout, metadata=trace_metadata())
             except grpc.RpcError as err:
                 error = err
         elif isinstance(step, Sleep):
