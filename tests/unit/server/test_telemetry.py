@@ -55,3 +55,50 @@ def test_heartbeat_counts_are_collected_as_a_counter() -> None:
         if m.name == "regroup.heartbeats"
     ]
     assert {p.attributes["outcome"]: p.value for p in points} == {"unchanged": 2, "written": 1}
+
+
+def test_rpc_durations_reach_a_reader_as_the_sdk_would_aggregate_them() -> None:
+    """The hot path's own histogram, merged into each collection, against the SDK's own
+    explicit-bucket histogram fed the same values: same counts, sum, min, max, buckets."""
+    from opentelemetry.sdk.metrics.export import HistogramDataPoint
+
+    from regroup.server.telemetry import RPC_BOUNDS, RpcDurations, merging
+
+    durations = RpcDurations()
+    values = [0.0, 0.3, 5.0, 5.01, 12.0, 99.9, 100.0, 20_000.0]
+    key = ("regroup.v1.GroupCoordinator", "ConsumerGroupHeartbeat", 0, "OK")
+    reader = merging(InMemoryMetricReader, durations.points)()
+    sdk_reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader, sdk_reader])
+    reference = provider.get_meter("reference").create_histogram("reference", unit="ms")
+    metrics = Metrics(provider.get_meter("regroup.server"))  # the scope the durations join
+    metrics.rpc_durations = durations
+    for ms in values:
+        durations.record(key, ms)
+        reference.record(ms, {"k": "v"})
+
+    def point(data: object, name: str) -> HistogramDataPoint:
+        (found,) = [
+            p
+            for rm in data.resource_metrics  # type: ignore[attr-defined]
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == name
+            for p in m.data.data_points
+        ]
+        assert isinstance(found, HistogramDataPoint)
+        return found
+
+    ours = point(reader.get_metrics_data(), "rpc.server.duration")
+    theirs = point(sdk_reader.get_metrics_data(), "reference")
+    assert list(ours.explicit_bounds) == list(theirs.explicit_bounds) == list(RPC_BOUNDS)
+    assert list(ours.bucket_counts) == list(theirs.bucket_counts)
+    assert (ours.count, ours.sum, ours.min, ours.max) == (theirs.count, theirs.sum, theirs.min, theirs.max)
+    assert ours.attributes == {
+        "rpc.system": "grpc",
+        "rpc.service": "regroup.v1.GroupCoordinator",
+        "rpc.method": "ConsumerGroupHeartbeat",
+        "rpc.grpc.status_code": "OK",
+        "regroup.error_code": 0,
+    }
+    provider.shutdown()
