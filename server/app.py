@@ -19,7 +19,7 @@ from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_p
 from . import sql
 from .accept import AcceptWidener, widened_server
 from .clock import Clock, SystemClock
-from .config import Settings
+from .config import ConfigError, Settings
 from .embedded import start_embedded_postgres
 from .forwarding import Forwarder
 from .leasekeeper import LeaseSettings
@@ -29,6 +29,7 @@ from .service import GroupAdminService, GroupCoordinatorService
 from .store import PostgresStore, StoreUnavailable
 from .storewatch import StoreWatch
 from .telemetry import MetricsRuntime, on_loop, start_metrics, start_tracing
+from .tls import CertificateError, CertificateFiles, server_credentials
 
 log = structlog.get_logger("regroup")
 
@@ -63,6 +64,17 @@ def advertised_address(settings: Settings, port: int) -> str:
     if host in ("", "0.0.0.0", "[::]", "::"):
         host = socket.gethostname()
     return f"{host}:{port}"
+
+
+def load_tls(settings: Settings) -> CertificateFiles | None:
+    """The TLS files, loaded and checked (ConfigError naming the setting), or None for plain text."""
+    paths = settings.tls_paths()
+    if paths is None:
+        return None
+    try:
+        return CertificateFiles(paths)
+    except CertificateError as e:
+        raise ConfigError(str(e)) from None
 
 
 def find_migrations(settings: Settings) -> list[Migration]:
@@ -126,7 +138,11 @@ class RegroupServer:
         """The Prometheus endpoint's port (0 when there is none)."""
         return 0 if self._metrics is None else self._metrics.port
 
+    #: The TLS files served (None: plain text), re-read when they change.
+    tls: CertificateFiles | None = None
+
     async def start(self) -> None:
+        self.tls = load_tls(self.settings)
         migrations = find_migrations(self.settings)
         dsn = await resolve_database_url(self.settings)
         applied = await run_migrations(dsn, migrations, self.settings.shards)
@@ -149,7 +165,12 @@ class RegroupServer:
             interceptors=self.interceptors,
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
         )
-        self.port = server.add_insecure_port(self.settings.listen)
+        if self.tls is None:
+            self.port = server.add_insecure_port(self.settings.listen)
+        else:
+            # The extra accept loops take calls from the same core server, so from this
+            # port's TLS connections only: no call reaches the handlers in plain text.
+            self.port = server.add_secure_port(self.settings.listen, server_credentials(self.tls))
         if self.port == 0:
             raise OSError(f"Cannot listen on {self.settings.listen}.")
         self.address = advertised_address(self.settings, self.port)
@@ -173,7 +194,7 @@ class RegroupServer:
             self.coordinator.writer.tracer = provider.get_tracer("regroup.server")
         self._metrics.metrics.observe(on_loop(asyncio.get_running_loop(), self.coordinator.gauges()))
         self._forwarder = Forwarder(
-            self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit
+            self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit, tls=self.tls
         )
         coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
             GroupCoordinatorService(self.coordinator, self._forwarder), server
@@ -208,6 +229,8 @@ class RegroupServer:
             replica_id=self._store.replica_id,
             extra_accepts=extra,
             metrics=self._metrics_address(),
+            tls="off" if self.tls is None else "mtls" if self.tls.mutual else "tls",
+            fingerprint=None if self.tls is None else self.tls.current.fingerprint,
         )
 
     def _metrics_address(self) -> str:

@@ -12,6 +12,7 @@ from regroup.reconciler import GroupConfig
 from regroup.reconciler.assignors import BUILTIN_ASSIGNORS
 
 from .leases import min_margin_ms
+from .tls import CertificateError, TlsPaths, load
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
 #: Where Prometheus scrapes the metrics (0.0.0.0:9464 in the container image).
@@ -65,6 +66,21 @@ class Settings:
     forward: bool = True
     #: host:port of the Prometheus metrics endpoint, or "off".
     metrics_listen: str = DEFAULT_METRICS_LISTEN
+    #: TLS: the server's certificate (chain) and key, PEM files re-read when they change;
+    #: neither means plain text.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: mTLS: clients must present a certificate signed by this CA (PEM).
+    tls_client_ca: Path | None = None
+    #: The CA that signed the other replicas' certificates, for forwarding (default:
+    #: the client CA if set, else the system's roots).
+    tls_ca: Path | None = None
+
+    def tls_paths(self) -> TlsPaths | None:
+        """The TLS files, or None when the server speaks plain text."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None
+        return TlsPaths(self.tls_cert, self.tls_key, self.tls_client_ca, self.tls_ca)
 
     def group_config(self) -> GroupConfig:
         return GroupConfig(
@@ -105,6 +121,10 @@ _ENV = {
     "advertised_address": "REGROUP_ADVERTISED_ADDRESS",
     "forward": "REGROUP_FORWARD",
     "metrics_listen": "REGROUP_METRICS_LISTEN",
+    "tls_cert": "REGROUP_TLS_CERT",
+    "tls_key": "REGROUP_TLS_KEY",
+    "tls_client_ca": "REGROUP_TLS_CLIENT_CA",
+    "tls_ca": "REGROUP_TLS_CA",
 }
 
 #: The most shards a database may be split into.
@@ -173,6 +193,7 @@ def _parse(raw: Mapping[str, str]) -> Settings:
     if shards > MAX_SHARDS:
         raise ConfigError(f"REGROUP_SHARDS must be at most {MAX_SHARDS}, got {shards}.")
     lease_ms, renew_ms = _lease(raw)
+    tls = _tls(raw)
     return Settings(
         listen=listen,
         database_url=raw.get("database_url"),
@@ -203,6 +224,10 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         advertised_address=advertised,
         forward=_bool(raw, "forward", defaults.forward),
         metrics_listen=_metrics_listen(raw.get("metrics_listen", defaults.metrics_listen)),
+        tls_cert=tls.cert if tls is not None else None,
+        tls_key=tls.key if tls is not None else None,
+        tls_client_ca=tls.client_ca if tls is not None else None,
+        tls_ca=tls.ca if tls is not None else None,
     )
 
 
@@ -213,6 +238,38 @@ def _metrics_listen(value: str) -> str:
     if not host or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"REGROUP_METRICS_LISTEN must be host:port or off, got {value!r}.")
     return value
+
+
+def _tls(raw: Mapping[str, str]) -> TlsPaths | None:
+    """The TLS files, checked now so that a wrong one stops the start with its name."""
+    cert, key = raw.get("tls_cert"), raw.get("tls_key")
+    if (cert is None) != (key is None):
+        given, missing = (
+            ("REGROUP_TLS_CERT", "REGROUP_TLS_KEY")
+            if key is None
+            else ("REGROUP_TLS_KEY", "REGROUP_TLS_CERT")
+        )
+        raise ConfigError(f"{given} is set but {missing} is not: set both (TLS) or neither (plain text).")
+    if cert is None or key is None:
+        for field in ("tls_client_ca", "tls_ca"):
+            if field in raw:
+                raise ConfigError(
+                    f"{_ENV[field]} is set without REGROUP_TLS_CERT and REGROUP_TLS_KEY: "
+                    "it applies only when the server speaks TLS."
+                )
+        return None
+    client_ca, ca = raw.get("tls_client_ca"), raw.get("tls_ca")
+    paths = TlsPaths(
+        Path(cert),
+        Path(key),
+        Path(client_ca) if client_ca is not None else None,
+        Path(ca) if ca is not None else None,
+    )
+    try:
+        load(paths)
+    except CertificateError as e:
+        raise ConfigError(str(e)) from None
+    return paths
 
 
 def _lease(raw: Mapping[str, str]) -> tuple[int, int]:

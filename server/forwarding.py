@@ -10,13 +10,17 @@ A forwarded call carries `regroup-forwarded-by`; a replica never forwards such a
 call again (two replicas with different views of the leases cannot bounce it
 between them): it answers NOT_COORDINATOR with the address it knows instead. The
 caller's metadata (an authorization token, a trace context) goes along, and the
-caller's deadline bounds the forwarded call. When forwarding is off
+caller's deadline bounds the forwarded call. A replica that serves TLS forwards over
+TLS, verifying the owner's certificate with REGROUP_TLS_CA (or the client CA) and,
+under mTLS, presenting its own certificate as the client's; when its files change,
+later calls go over new channels with the new ones. When forwarding is off
 (REGROUP_FORWARD=false) or the owner cannot be reached, the NOT_COORDINATOR
 answer reaches the client, which follows the address itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -26,6 +30,7 @@ import structlog
 from regroup.v1 import admin_pb2_grpc, common_pb2, coordinator_pb2_grpc
 
 from . import mapping
+from .tls import CertificateFiles, channel_credentials
 
 log = structlog.get_logger("regroup")
 
@@ -61,9 +66,19 @@ def client_host(context: Any) -> str:
 
 class Forwarder:
     def __init__(
-        self, replica_id: str, *, enabled: bool = True, max_message_bytes: int | None = None
+        self,
+        replica_id: str,
+        *,
+        enabled: bool = True,
+        max_message_bytes: int | None = None,
+        tls: CertificateFiles | None = None,
     ) -> None:
         self.replica_id = replica_id
+        self._tls = tls
+        #: The TLS files' generation the open channels were made with.
+        self._generation = 0 if tls is None else tls.current.generation
+        #: Channels made with older files, closed once their calls may have ended.
+        self._retired: set[asyncio.Task[None]] = set()
         self.enabled = enabled
         self._options = (
             []
@@ -86,10 +101,44 @@ class Forwarder:
     def _channel(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.aio.insecure_channel(address, options=self._options)
+            if self._tls is None:
+                channel = grpc.aio.insecure_channel(address, options=self._options)
+            else:
+                credentials = channel_credentials(self._tls.current, mutual=self._tls.mutual)
+                channel = grpc.aio.secure_channel(address, credentials, options=self._options)
+            self._channels[address] = channel
         return channel
 
+    def _refresh(self) -> None:
+        """New channels when the TLS files changed: a channel keeps the credentials it was
+        made with, and would present an expired client certificate on its next connection."""
+        if self._tls is None:
+            return
+        self._tls.check()
+        if self._tls.current.generation == self._generation:
+            return
+        self._generation = self._tls.current.generation
+        old = list(self._channels.values())
+        self._channels.clear()
+        self._coordinator_stubs.clear()
+        self._admin_stubs.clear()
+        if old:
+            task = asyncio.get_running_loop().create_task(self._close_later(old, DEFAULT_TIMEOUT_S))
+            self._retired.add(task)
+            task.add_done_callback(self._retired.discard)
+
+    @staticmethod
+    async def _close_later(channels: list[grpc.aio.Channel], delay_s: float) -> None:
+        try:
+            # Calls forwarded on them may still be running: no forwarded call lasts longer.
+            await asyncio.sleep(delay_s)
+        finally:  # at once when the forwarder closes
+            for channel in channels:
+                with contextlib.suppress(Exception):
+                    await channel.close()
+
     def coordinator(self, address: str) -> coordinator_pb2_grpc.GroupCoordinatorStub:
+        self._refresh()
         stub = self._coordinator_stubs.get(address)
         if stub is None:
             stub = self._coordinator_stubs[address] = coordinator_pb2_grpc.GroupCoordinatorStub(
@@ -98,6 +147,7 @@ class Forwarder:
         return stub
 
     def admin(self, address: str) -> admin_pb2_grpc.GroupAdminStub:
+        self._refresh()
         stub = self._admin_stubs.get(address)
         if stub is None:
             stub = self._admin_stubs[address] = admin_pb2_grpc.GroupAdminStub(self._channel(address))
@@ -123,6 +173,10 @@ class Forwarder:
         return response
 
     async def close(self) -> None:
+        retired = list(self._retired)
+        for task in retired:
+            task.cancel()
+        await asyncio.gather(*retired, return_exceptions=True)
         channels, self._channels = self._channels, {}
         self._coordinator_stubs.clear()
         self._admin_stubs.clear()

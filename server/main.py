@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "cluster":
             return _run(run_cluster(settings, flag_environment(args), args.replicas))
         _run(_migrate(settings) if args.command == "migrate" else _serve(settings))
+    except ConfigError as e:
+        # A TLS file that loaded when the settings were read but not when the server started.
+        print(f"regroup: configuration error: {e}", file=sys.stderr)
+        return 2
     except StoreUnavailable as e:
         print(f"regroup: {e}", file=sys.stderr)
         return 1
