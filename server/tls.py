@@ -252,20 +252,20 @@ class CertificateFiles:
         return material
 
 
-def server_credentials(files: CertificateFiles) -> grpc.ServerCredentials:
-    """Credentials that serve the current certificate to every new connection, and
-    require client certificates signed by the client CA when one is configured."""
+def _configuration(material: TlsMaterial) -> grpc.ServerCertificateConfiguration:
+    return grpc.ssl_server_certificate_configuration(
+        [(material.key, material.cert)], root_certificates=material.client_ca
+    )
 
-    def configuration(material: TlsMaterial) -> grpc.ServerCertificateConfiguration:
-        return grpc.ssl_server_certificate_configuration(
-            [(material.key, material.cert)], root_certificates=material.client_ca
-        )
 
-    # The generation gRPC has: the forwarder may be the one whose check took a change.
+def certificate_fetcher(files: CertificateFiles) -> Callable[[], grpc.ServerCertificateConfiguration | None]:
+    """What gRPC calls at each handshake: the new configuration when the files changed
+    since it last got one, else None (unchanged)."""
+    # The generation gRPC has: the forwarder's check may be the one that took a change.
     served = [files.current.generation]
 
     def fetch() -> grpc.ServerCertificateConfiguration | None:
-        # Called by gRPC at each handshake; an exception here would fail it, so none escapes.
+        # An exception here would fail the handshake: none escapes.
         try:
             files.check()
         except Exception:
@@ -275,12 +275,18 @@ def server_credentials(files: CertificateFiles) -> grpc.ServerCredentials:
         if material.generation == served[0]:
             return None
         served[0] = material.generation
-        return configuration(material)
+        return _configuration(material)
 
+    return fetch
+
+
+def server_credentials(files: CertificateFiles) -> grpc.ServerCredentials:
+    """Credentials that serve the current certificate to every new connection, and
+    require client certificates signed by the client CA when one is configured."""
     return grpc.dynamic_ssl_server_credentials(
-        configuration(files.current),
+        _configuration(files.current),
         # types-grpcio leaves out the None that gRPC documents as "unchanged".
-        fetch,  # type: ignore[arg-type]
+        certificate_fetcher(files),  # type: ignore[arg-type]
         require_client_authentication=files.mutual,
     )
 

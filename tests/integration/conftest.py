@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+import grpc
 import pytest
 
 from regroup.server.app import RegroupServer
@@ -63,8 +64,11 @@ async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
         run_timers: bool = True,
         interceptors: Sequence[Any] = (),
         tracer_provider: Any = None,
+        credentials: grpc.ChannelCredentials | None = None,
         **overrides: Any,
     ) -> Service:
+        """`credentials`: the service's stubs speak TLS with them (for a server given
+        tls_cert and tls_key)."""
         # Targets are computed on every bump unless a test asks for batching,
         # so that tests can drive rounds of heartbeats without waiting.
         overrides.setdefault("assignment_interval_ms", 0)
@@ -81,7 +85,7 @@ async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
         if clock is not None:
             server.clock = clock
         await server.start()
-        service = Service(server, Stubs.connect(f"127.0.0.1:{server.port}"), settings)
+        service = Service(server, Stubs.connect(f"127.0.0.1:{server.port}", credentials), settings)
         started.append(service)
         return service
 

@@ -26,8 +26,13 @@ class Stubs:
     admin: admin_pb2_grpc.GroupAdminStub
 
     @classmethod
-    def connect(cls, target: str) -> Stubs:
-        channel = grpc.aio.insecure_channel(target)
+    def connect(cls, target: str, credentials: grpc.ChannelCredentials | None = None) -> Stubs:
+        """Stubs on a channel to `target`: TLS with `credentials`, else plain text."""
+        channel = (
+            grpc.aio.insecure_channel(target)
+            if credentials is None
+            else grpc.aio.secure_channel(target, credentials)
+        )
         return cls(
             channel,
             coordinator_pb2_grpc.GroupCoordinatorStub(channel),

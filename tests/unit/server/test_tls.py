@@ -11,10 +11,12 @@ import grpc
 import pytest
 
 from regroup.server.config import ConfigError, load_settings
+from regroup.server.forwarding import Forwarder
 from regroup.server.tls import (
     CertificateError,
     CertificateFiles,
     TlsPaths,
+    certificate_fetcher,
     channel_credentials,
     fingerprint,
     load,
@@ -173,6 +175,34 @@ def test_grpc_credentials_are_made_from_the_current_set(pair: TlsPaths) -> None:
     files = CertificateFiles(pair)
     assert isinstance(server_credentials(files), grpc.ServerCredentials)
     assert isinstance(channel_credentials(files.current, mutual=True), grpc.ChannelCredentials)
+
+
+def test_grpc_gets_a_change_once_even_when_another_user_checked_first(
+    ca: CertificateAuthority, pair: TlsPaths
+) -> None:
+    files = CertificateFiles(pair, clock=Clock(), check_interval_s=0)
+    fetch = certificate_fetcher(files)
+    assert fetch() is None  # gRPC has the initial set
+    ca.server("two").write(pair.cert.parent, "server")
+    assert files.check() is not None  # the forwarder looked first
+    assert isinstance(fetch(), grpc.ServerCertificateConfiguration)
+    assert fetch() is None
+
+
+async def test_the_forwarder_opens_new_channels_when_the_files_change(
+    ca: CertificateAuthority, pair: TlsPaths
+) -> None:
+    files = CertificateFiles(pair, clock=Clock(), check_interval_s=0)
+    forwarder = Forwarder("r1", tls=files)
+    first = forwarder.coordinator("127.0.0.1:1")
+    assert forwarder.coordinator("127.0.0.1:1") is first and forwarder.admin("127.0.0.1:1") is not None
+    ca.server("two").write(pair.cert.parent, "server")
+    second = forwarder.coordinator("127.0.0.1:1")
+    # A channel keeps its credentials: the next calls go over a new one, the old one is
+    # closed once calls on it may have ended (at once when the forwarder closes).
+    assert second is not first and len(forwarder._retired) == 1
+    await forwarder.close()
+    assert not forwarder._retired
 
 
 def test_settings_check_the_files_at_start(ca: CertificateAuthority, pair: TlsPaths) -> None:

@@ -10,6 +10,7 @@ from regroup.client.connect import ConnectWorker, WorkerListener
 from regroup.client.errors import CommitFailed, RegroupError
 from regroup.client.member import GroupMember, MemberOptions
 from regroup.client.sync import SyncConnectWorker, SyncGroupMember
+from regroup.client.tls import TlsConfig
 from regroup.client.types import (
     Assignment,
     ConnectorTaskId,
@@ -34,6 +35,7 @@ __all__ = [
     "SyncConnectWorker",
     "SyncGroupAdmin",
     "SyncGroupMember",
+    "TlsConfig",
     "TopicPartition",
     "WorkerListener",
 ]

@@ -15,6 +15,7 @@ import grpc
 
 from regroup.client.errors import RegroupError
 from regroup.client.routing import CoordinatorRouter, GroupCall, drive_async, drive_blocking, routed, single
+from regroup.client.tls import TlsConfig, aio_connector, blocking_connector, check_factory
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
 T = TypeVar("T")
@@ -188,8 +189,9 @@ class GroupAdmin:
     `timeout` bounds each call, including the retries of a group call that follows its
     coordinator (after `retry_backoff_ms`, doubling up to `retry_backoff_max_ms`);
     `channel_factory(address)` opens the channels, to the target and to the coordinators
-    followed (default: insecure channels). Given a channel and no factory, every call
-    goes through that channel (the service forwards)."""
+    followed (default: insecure channels, or TLS ones with `tls`, a `TlsConfig`). Given
+    a channel and no factory, every call goes through that channel (the service
+    forwards)."""
 
     def __init__(
         self,
@@ -199,15 +201,18 @@ class GroupAdmin:
         channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 5_000,
+        tls: TlsConfig | None = None,
     ) -> None:
+        check_factory(tls, channel_factory)
         self._owns_channel = isinstance(target, str)
         if isinstance(target, str):
-            connect = channel_factory or grpc.aio.insecure_channel
+            connect = channel_factory or aio_connector(tls)
             self._channel = connect(target)
             self._router = CoordinatorRouter(self._channel, bootstrap_address=target, connect=connect)
         else:
             self._channel = target
-            self._router = CoordinatorRouter(target, connect=channel_factory)
+            follow = aio_connector(tls) if tls is not None else channel_factory
+            self._router = CoordinatorRouter(target, connect=follow)
         self._stub = self._router.bootstrap.admin
         self._timeout = timeout
         self._backoff = (retry_backoff_ms, retry_backoff_max_ms)
@@ -306,7 +311,7 @@ class GroupAdmin:
 
 class SyncGroupAdmin:
     """The same calls on a blocking channel, for scripts and Spark drivers (and the same
-    options: `channel_factory` makes blocking channels)."""
+    options: `channel_factory` makes blocking channels, `tls` makes TLS ones)."""
 
     def __init__(
         self,
@@ -316,15 +321,18 @@ class SyncGroupAdmin:
         channel_factory: Callable[[str], grpc.Channel] | None = None,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 5_000,
+        tls: TlsConfig | None = None,
     ) -> None:
+        check_factory(tls, channel_factory)
         self._owns_channel = isinstance(target, str)
         if isinstance(target, str):
-            connect = channel_factory or grpc.insecure_channel
+            connect = channel_factory or blocking_connector(tls)
             self._channel = connect(target)
             self._router = CoordinatorRouter(self._channel, bootstrap_address=target, connect=connect)
         else:
             self._channel = target
-            self._router = CoordinatorRouter(target, connect=channel_factory)
+            follow = blocking_connector(tls) if tls is not None else channel_factory
+            self._router = CoordinatorRouter(target, connect=follow)
         self._stub = self._router.bootstrap.admin
         self._timeout = timeout
         self._backoff = (retry_backoff_ms, retry_backoff_max_ms)

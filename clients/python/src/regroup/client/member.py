@@ -36,6 +36,7 @@ from regroup.client.errors import (
 )
 from regroup.client.protocols import ConsumerWire, Wire
 from regroup.client.routing import CoordinatorRouter, backoff_s, drive_async, find_async, routed, single
+from regroup.client.tls import TlsConfig, aio_connector, check_factory
 from regroup.client.types import (
     Assignment,
     RebalanceListener,
@@ -107,9 +108,10 @@ class GroupMember:
     `target` is the bootstrap address (or a channel to it). When the service runs as
     several replicas, the member follows its group's coordinator (NOT_COORDINATOR
     naming another address, or `MemberOptions.find_coordinator`) on channels that
-    `channel_factory(address)` opens, by default insecure ones with `interceptors`;
-    pass a factory for TLS or channel options. Given a channel and no factory, the
-    member stays on that channel (the service forwards).
+    `channel_factory(address)` opens, by default insecure ones with `interceptors`,
+    or TLS ones with `tls` (a `TlsConfig`; not with a factory); pass a factory for
+    channel options. Given a channel and no factory, the member stays on that channel
+    (the service forwards), or follows over channels that `tls` makes.
     """
 
     _wire: Wire = ConsumerWire
@@ -124,18 +126,21 @@ class GroupMember:
         clock: Callable[[], float] = time.monotonic,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
         channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
+        check_factory(tls, channel_factory)
         if isinstance(target, str):
             if channel_factory is not None and interceptors:
                 raise ValueError("with channel_factory, add the interceptors to the channels it makes")
-            connect = channel_factory or _insecure(interceptors)
+            connect = channel_factory or aio_connector(tls, interceptors)
             self._channel = connect(target)
             self._owns_channel = True
             self._router = CoordinatorRouter(self._channel, bootstrap_address=target, connect=connect)
         else:
             self._channel = target
             self._owns_channel = False
-            self._router = CoordinatorRouter(target, connect=channel_factory)
+            follow = aio_connector(tls, interceptors) if tls is not None else channel_factory
+            self._router = CoordinatorRouter(target, connect=follow)
         #: Ask FindCoordinator before the next heartbeat (a NOT_COORDINATOR named nobody).
         self._lookup_wanted = False
         self._listener = listener if listener is not None else RebalanceListener()
@@ -853,18 +858,6 @@ class _Unsent:
 
 
 _UNSENT = _Unsent()
-
-
-def _insecure(
-    interceptors: Sequence[grpc.aio.ClientInterceptor] | None,
-) -> Callable[[str], grpc.aio.Channel]:
-    """How a member given an address opens channels: the bootstrap one, and one per
-    coordinator it follows, all alike."""
-
-    def connect(address: str) -> grpc.aio.Channel:
-        return grpc.aio.insecure_channel(address, interceptors=interceptors)
-
-    return connect
 
 
 def _set_field(request: Request, name: str, value: object) -> None:

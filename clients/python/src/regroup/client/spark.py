@@ -25,6 +25,7 @@ from regroup.client.errors import RegroupError
 from regroup.client.member import MemberOptions
 from regroup.client.processing import Batch, Mode, PartitionProcessor, PartitionSource
 from regroup.client.sync import SyncGroupMember
+from regroup.client.tls import TlsConfig
 from regroup.client.types import TopicPartition
 
 T = TypeVar("T")
@@ -262,7 +263,8 @@ class MemberTask:
 
     Everything here is pickled to the executors: give factories, not open
     connections. `partitions` and `end_offset` say when the job is complete:
-    every partition committed at its end."""
+    every partition committed at its end. `tls` makes the members' channels TLS
+    ones; the files it names are read on the executors (PEM bytes travel with it)."""
 
     target: str
     group_id: str
@@ -274,11 +276,12 @@ class MemberTask:
     batch_size: int = 500
     static: bool = False
     options: MemberOptions = field(default_factory=MemberOptions)
+    tls: TlsConfig | None = None
 
     def __call__(self, index: int, attempt: int) -> dict[str, Any]:
         sink = self.make_sink(index, attempt)
         processor = PartitionProcessor(self.make_source(), sink, mode=self.mode, batch_size=self.batch_size)
-        with SyncGroupMember(self.target, listener=processor, options=self.options) as member:
+        with SyncGroupMember(self.target, listener=processor, options=self.options, tls=self.tls) as member:
             member.join(
                 self.group_id,
                 topics=self.topics,
@@ -308,6 +311,7 @@ __all__ = [
     "DEFAULT_MASTER",
     "MasterChoice",
     "MemberTask",
+    "TlsConfig",
     "TopicPartition",
     "choose_master",
     "local_session",

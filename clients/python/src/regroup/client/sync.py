@@ -15,6 +15,7 @@ import grpc
 from regroup.client.connect import ConnectWorker
 from regroup.client.errors import RegroupError
 from regroup.client.member import GroupMember, MemberOptions
+from regroup.client.tls import TlsConfig, check_factory
 from regroup.client.types import Assignment, RebalanceListener, TopicPartition
 
 T = TypeVar("T")
@@ -73,7 +74,8 @@ class SyncGroupMember:
     Every method may be called from any thread; `assignment()` returns an
     immutable snapshot. Listener methods are plain functions run in worker
     threads, one at a time, in protocol order. `channel_factory` (called on the
-    member's own loop) opens the asyncio channels, as for GroupMember."""
+    member's own loop) opens the asyncio channels, as for GroupMember, or `tls` (a
+    `TlsConfig`) makes them TLS channels."""
 
     _member_class: type[GroupMember] = GroupMember
 
@@ -86,7 +88,9 @@ class SyncGroupMember:
         options: MemberOptions | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
         channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
+        check_factory(tls, channel_factory)  # before a thread is started for nothing
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="regroup-member", daemon=True)
         self._thread.start()
@@ -101,6 +105,7 @@ class SyncGroupMember:
                 options=options,
                 interceptors=interceptors,
                 channel_factory=channel_factory,
+                tls=tls,
             )
 
         self._member = self._call(make())
