@@ -77,10 +77,9 @@ class Settings:
     tls_ca: Path | None = None
 
     def tls_paths(self) -> TlsPaths | None:
-        """The TLS files, or None when the server speaks plain text."""
-        if self.tls_cert is None or self.tls_key is None:
-            return None
-        return TlsPaths(self.tls_cert, self.tls_key, self.tls_client_ca, self.tls_ca)
+        """The TLS files, or None when the server speaks plain text (ConfigError when
+        they do not go together)."""
+        return tls_paths(self.tls_cert, self.tls_key, self.tls_client_ca, self.tls_ca)
 
     def group_config(self) -> GroupConfig:
         return GroupConfig(
@@ -240,9 +239,10 @@ def _metrics_listen(value: str) -> str:
     return value
 
 
-def _tls(raw: Mapping[str, str]) -> TlsPaths | None:
-    """The TLS files, checked now so that a wrong one stops the start with its name."""
-    cert, key = raw.get("tls_cert"), raw.get("tls_key")
+def tls_paths(
+    cert: Path | None, key: Path | None, client_ca: Path | None = None, ca: Path | None = None
+) -> TlsPaths | None:
+    """The TLS files if they go together (None: plain text); ConfigError when they do not."""
     if (cert is None) != (key is None):
         given, missing = (
             ("REGROUP_TLS_CERT", "REGROUP_TLS_KEY")
@@ -251,24 +251,26 @@ def _tls(raw: Mapping[str, str]) -> TlsPaths | None:
         )
         raise ConfigError(f"{given} is set but {missing} is not: set both (TLS) or neither (plain text).")
     if cert is None or key is None:
-        for field in ("tls_client_ca", "tls_ca"):
-            if field in raw:
+        for name, value in (("REGROUP_TLS_CLIENT_CA", client_ca), ("REGROUP_TLS_CA", ca)):
+            if value is not None:
                 raise ConfigError(
-                    f"{_ENV[field]} is set without REGROUP_TLS_CERT and REGROUP_TLS_KEY: "
+                    f"{name} is set without REGROUP_TLS_CERT and REGROUP_TLS_KEY: "
                     "it applies only when the server speaks TLS."
                 )
         return None
-    client_ca, ca = raw.get("tls_client_ca"), raw.get("tls_ca")
-    paths = TlsPaths(
-        Path(cert),
-        Path(key),
-        Path(client_ca) if client_ca is not None else None,
-        Path(ca) if ca is not None else None,
+    return TlsPaths(cert, key, client_ca, ca)
+
+
+def _tls(raw: Mapping[str, str]) -> TlsPaths | None:
+    """The TLS files, checked now so that a wrong one stops the start with its name."""
+    paths = tls_paths(
+        *(Path(raw[f]) if f in raw else None for f in ("tls_cert", "tls_key", "tls_client_ca", "tls_ca"))
     )
-    try:
-        load(paths)
-    except CertificateError as e:
-        raise ConfigError(str(e)) from None
+    if paths is not None:
+        try:
+            load(paths)
+        except CertificateError as e:
+            raise ConfigError(str(e)) from None
     return paths
 
 

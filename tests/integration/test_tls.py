@@ -203,6 +203,8 @@ async def test_bad_tls_files_stop_the_start_with_the_setting_named(
     _, other_key = pki.ca.server("other").write(pki.folder, "other")
     with pytest.raises(ConfigError, match=r"REGROUP_TLS_KEY .* is not the key of the certificate"):
         await start_service(tls_cert=pki.cert, tls_key=other_key)
+    with pytest.raises(ConfigError, match="REGROUP_TLS_KEY is set but REGROUP_TLS_CERT is not"):
+        await start_service(tls_key=pki.key)
     with pytest.raises(ConfigError, match=r"REGROUP_TLS_CLIENT_CA .* does not exist"):
         await start_service(**pki.settings(), tls_client_ca=pki.folder / "missing.crt")
 

@@ -12,6 +12,7 @@ import pytest
 
 from regroup.server.config import ConfigError, load_settings
 from regroup.server.forwarding import Forwarder
+from regroup.server.main import main
 from regroup.server.tls import (
     CertificateError,
     CertificateFiles,
@@ -250,3 +251,13 @@ def test_bad_tls_settings_are_refused_with_the_variable_named(
     with pytest.raises(ConfigError) as error:
         load_settings({name: value.format(**names) for name, value in env.items()})
     assert message.format(**names) in str(error.value)
+
+
+def test_the_command_line_says_what_is_wrong_and_exits_2(
+    ca: CertificateAuthority, pair: TlsPaths, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, other_key = ca.server("other").write(pair.cert.parent, "other")
+    assert main(["--tls-cert", str(pair.cert), "--tls-key", str(other_key)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("regroup: configuration error: REGROUP_TLS_KEY")
+    assert "is not the key of the certificate in REGROUP_TLS_CERT" in error
