@@ -732,3 +732,39 @@ def test_a_service_monitor_scrapes_every_replica(helm: str) -> None:
     assert "metrics.serviceMonitor.interval" in render_error(
         helm, DB, "metrics.serviceMonitor.interval=often"
     )
+
+
+# --- NetworkPolicy (issue 21) -------------------------------------------------------------------
+
+
+def test_a_network_policy_admits_clients_replicas_and_prometheus_only(helm: str) -> None:
+    assert not [d for d in render(helm, DB) if d["kind"] == "NetworkPolicy"]
+    sets = (
+        DB,
+        "networkPolicy.enabled=true",
+        "networkPolicy.clients[0].namespaceSelector.matchLabels.team=spark",
+        "networkPolicy.metrics[0].namespaceSelector.matchLabels.name=monitoring",
+    )
+    docs = render(helm, *sets)
+    policy = one(docs, "NetworkPolicy")
+    server = pods(docs)["Deployment"]["metadata"]["labels"]
+    assert selects(policy["spec"]["podSelector"]["matchLabels"], server)
+    assert not selects(policy["spec"]["podSelector"]["matchLabels"], pods(docs)["Job"]["metadata"]["labels"])
+    assert policy["spec"]["policyTypes"] == ["Ingress"]  # Postgres and OTLP stay reachable
+    grpc_rule, metrics_rule = policy["spec"]["ingress"]
+    assert grpc_rule["ports"] == [{"port": "grpc", "protocol": "TCP"}]
+    replicas, clients = grpc_rule["from"]
+    assert selects(replicas["podSelector"]["matchLabels"], server)  # forwarding between replicas
+    assert clients == {"namespaceSelector": {"matchLabels": {"team": "spark"}}}
+    assert metrics_rule == {
+        "ports": [{"port": "metrics", "protocol": "TCP"}],
+        "from": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+    }
+    validate = Path(sys.executable).parent / "kubernetes-validate"
+    rendered = run(helm, "template", "rg", str(CHART), *[a for s in sets for a in ("--set", s)])
+    result = run(str(validate), "--strict", "--quiet", "-", stdin=rendered.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    # No clients listed: gRPC from anywhere, the metrics port from nobody.
+    (open_grpc,) = one(render(helm, DB, "networkPolicy.enabled=true"), "NetworkPolicy")["spec"]["ingress"]
+    assert "from" not in open_grpc and open_grpc["ports"][0]["port"] == "grpc"
