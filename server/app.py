@@ -128,6 +128,9 @@ class RegroupServer:
     _widener: AcceptWidener | None = None
     _watch: StoreWatch | None = None
     _metrics: MetricsRuntime | None = None
+    _health_server: grpc.aio.Server | None = None
+    #: The plain-text health port (REGROUP_HEALTH_LISTEN; 0 when off).
+    health_port: int = 0
     #: Where the server's spans go: None reads the standard OTEL_* variables (off unless they
     #: ask for traces); tests give an SDK TracerProvider with an in-memory exporter.
     tracer_provider: Any = None
@@ -217,6 +220,7 @@ class RegroupServer:
         self._widener = widener
         for name in (*READINESS_NAMES, PROCESS_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._start_health_port()
         self._watch = StoreWatch(self._store.ping, self._store_changed, self.settings.store_check_ms / 1000)
         self.coordinator.watch = self._watch
         self._watch.start()
@@ -237,6 +241,19 @@ class RegroupServer:
         if self._metrics is None or not self._metrics.port:
             return "off"
         return f"{self.settings.metrics_listen.rpartition(':')[0]}:{self._metrics.port}"
+
+    async def _start_health_port(self) -> None:
+        """REGROUP_HEALTH_LISTEN: the same health service on a plain-text port of its own and
+        nothing else, for probes that cannot speak TLS; it answers until the server stops."""
+        if self.settings.health_listen == "off" or self._health is None:
+            return
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        self.health_port = server.add_insecure_port(self.settings.health_listen)
+        if self.health_port == 0:
+            raise OSError(f"Cannot listen on {self.settings.health_listen} (REGROUP_HEALTH_LISTEN).")
+        await server.start()
+        self._health_server = server
 
     async def _store_changed(self, available: bool) -> None:
         if self._health is not None:
@@ -270,6 +287,9 @@ class RegroupServer:
         widener, self._widener = self._widener, None
         if server is not None:
             await server.stop(self.settings.shutdown_grace_s)
+        health_server, self._health_server = self._health_server, None
+        if health_server is not None:  # after the drain: probes read NOT_SERVING meanwhile
+            await health_server.stop(0)
         if widener is not None:
             await widener.stop()
         if coordinator is not None:

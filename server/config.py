@@ -66,6 +66,9 @@ class Settings:
     forward: bool = True
     #: host:port of the Prometheus metrics endpoint, or "off".
     metrics_listen: str = DEFAULT_METRICS_LISTEN
+    #: host:port of a plain-text port serving only the gRPC health service, or "off": for
+    #: probes that cannot speak TLS (Kubernetes' gRPC probes) when the server does.
+    health_listen: str = "off"
     #: TLS: the server's certificate (chain) and key, PEM files re-read when they change;
     #: neither means plain text.
     tls_cert: Path | None = None
@@ -120,6 +123,7 @@ _ENV = {
     "advertised_address": "REGROUP_ADVERTISED_ADDRESS",
     "forward": "REGROUP_FORWARD",
     "metrics_listen": "REGROUP_METRICS_LISTEN",
+    "health_listen": "REGROUP_HEALTH_LISTEN",
     "tls_cert": "REGROUP_TLS_CERT",
     "tls_key": "REGROUP_TLS_KEY",
     "tls_client_ca": "REGROUP_TLS_CLIENT_CA",
@@ -222,7 +226,10 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         lease_renew_ms=renew_ms,
         advertised_address=advertised,
         forward=_bool(raw, "forward", defaults.forward),
-        metrics_listen=_metrics_listen(raw.get("metrics_listen", defaults.metrics_listen)),
+        metrics_listen=_host_port_or_off(
+            "metrics_listen", raw.get("metrics_listen", defaults.metrics_listen)
+        ),
+        health_listen=_host_port_or_off("health_listen", raw.get("health_listen", defaults.health_listen)),
         tls_cert=tls.cert if tls is not None else None,
         tls_key=tls.key if tls is not None else None,
         tls_client_ca=tls.client_ca if tls is not None else None,
@@ -230,12 +237,12 @@ def _parse(raw: Mapping[str, str]) -> Settings:
     )
 
 
-def _metrics_listen(value: str) -> str:
+def _host_port_or_off(field: str, value: str) -> str:
     if value.lower() == "off":
         return "off"
     host, _, port = value.rpartition(":")
     if not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"REGROUP_METRICS_LISTEN must be host:port or off, got {value!r}.")
+        raise ConfigError(f"{_ENV[field]} must be host:port or off, got {value!r}.")
     return value
 
 

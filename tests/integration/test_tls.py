@@ -254,3 +254,30 @@ async def test_replicas_forward_to_each_other_over_tls(
     assert a.coordinator.group(group) is None and b.coordinator.group(group) is not None
     described = await a.stubs.admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=[group]))
     assert described.groups[0].error_code == common_pb2.NONE and len(described.groups[0].members) == 2
+
+
+async def test_a_plain_text_health_port_serves_probes_that_cannot_speak_tls(
+    start_service: ServiceFactory, pki: Pki
+) -> None:
+    """REGROUP_HEALTH_LISTEN: Kubernetes' gRPC probes cannot do TLS; this port answers the
+    health service in plain text, and nothing else, while the API stays TLS only."""
+    service = await start_service(
+        credentials=pki.credentials(), health_listen="127.0.0.1:0", **pki.settings(mutual=True)
+    )
+    probe = f"127.0.0.1:{service.server.health_port}"
+    assert service.server.health_port not in (0, service.server.port)
+    assert (await health(probe, None)).status == health_pb2.HealthCheckResponse.SERVING
+    assert await refused(address(service), None) == grpc.StatusCode.UNAVAILABLE
+    async with grpc.aio.insecure_channel(probe) as channel:
+        heartbeat = channel.unary_unary(
+            "/regroup.v1.GroupCoordinator/ConsumerGroupHeartbeat",
+            request_serializer=coordinator_pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+            response_deserializer=coordinator_pb2.ConsumerGroupHeartbeatResponse.FromString,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await heartbeat(coordinator_pb2.ConsumerGroupHeartbeatRequest(group_id="g"), timeout=5)
+        assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # The same health service: a stop is seen on the probe port too.
+    await service.server.stop()
+    with pytest.raises(grpc.aio.AioRpcError):
+        await health(probe, None)

@@ -102,3 +102,10 @@ def test_rpc_durations_reach_a_reader_as_the_sdk_would_aggregate_them() -> None:
         "regroup.error_code": 0,
     }
     provider.shutdown()
+
+
+def test_the_health_port_setting() -> None:
+    assert load_settings({}).health_listen == "off"
+    assert load_settings({"REGROUP_HEALTH_LISTEN": "0.0.0.0:8086"}).health_listen == "0.0.0.0:8086"
+    with pytest.raises(ConfigError, match="REGROUP_HEALTH_LISTEN must be host:port or off"):
+        load_settings({"REGROUP_HEALTH_LISTEN": "8086"})
