@@ -768,3 +768,64 @@ def test_a_network_policy_admits_clients_replicas_and_prometheus_only(helm: str)
     # No clients listed: gRPC from anywhere, the metrics port from nobody.
     (open_grpc,) = one(render(helm, DB, "networkPolicy.enabled=true"), "NetworkPolicy")["spec"]["ingress"]
     assert "from" not in open_grpc and open_grpc["ports"][0]["port"] == "grpc"
+
+
+# --- TLS (issue 21) -----------------------------------------------------------------------------
+
+
+def test_tls_from_a_secret_with_plain_text_probes_and_names_the_certificate_can_cover(
+    helm: str, tmp_path: Path
+) -> None:
+    from regroup.server.config import load_settings
+    from tests.support.certs import CertificateAuthority
+
+    sets = (DB, "tls.enabled=true", "tls.secretName=rg-tls", "tls.clientAuth=true")
+    docs = render(helm, *sets)
+    spec = server_pod(docs)
+    (container,) = spec["containers"]
+    env = container_env(container)
+    files = {
+        k: env[k] for k in ("REGROUP_TLS_CERT", "REGROUP_TLS_KEY", "REGROUP_TLS_CA", "REGROUP_TLS_CLIENT_CA")
+    }
+    assert files == {
+        "REGROUP_TLS_CERT": "/etc/regroup/tls/tls.crt",
+        "REGROUP_TLS_KEY": "/etc/regroup/tls/tls.key",
+        "REGROUP_TLS_CA": "/etc/regroup/tls/ca.crt",
+        "REGROUP_TLS_CLIENT_CA": "/etc/regroup/tls/ca.crt",
+    }
+    # The Secret, mounted where those point, in cert-manager's layout.
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tls"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/etc/regroup/tls", True)
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "tls"]
+    assert volume["secret"] == {"secretName": "rg-tls"}
+    # Probes read the plain-text health port; the API port stays TLS only.
+    assert env["REGROUP_HEALTH_LISTEN"] == "0.0.0.0:50052"
+    assert {"name": "health", "containerPort": 50052, "protocol": "TCP"} in container["ports"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"]["port"] == 50052, probe
+    # Replicas advertise a DNS name of the headless Service (its subdomain), which a wildcard
+    # dnsName of the certificate covers; pod IPs cannot be known when the certificate is made.
+    assert spec["subdomain"] == "rg-regroup-headless"
+    advertised = env["REGROUP_ADVERTISED_ADDRESS"]
+    assert advertised == "rg-regroup-7d9f8c6b5-x2x4q.rg-regroup-headless.default.svc.cluster.local:50051"
+    # The server takes that environment once the files exist (a certificate for the wildcard).
+    ca = CertificateAuthority("cluster")
+    cert, key = ca.server("*.rg-regroup-headless.default.svc.cluster.local", client=True).write(
+        tmp_path, "tls"
+    )
+    ca_file = ca.write(tmp_path)
+    real = {**env, "REGROUP_TLS_CERT": str(cert), "REGROUP_TLS_KEY": str(key)}
+    real.update(REGROUP_TLS_CA=str(ca_file), REGROUP_TLS_CLIENT_CA=str(ca_file))
+    settings = load_settings(real)
+    assert settings.tls_cert == cert and settings.health_listen == "0.0.0.0:50052"
+    validate = Path(sys.executable).parent / "kubernetes-validate"
+    rendered = run(helm, "template", "rg", str(CHART), *[a for s in sets for a in ("--set", s)])
+    result = run(str(validate), "--strict", "--quiet", "-", stdin=rendered.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    assert "tls.secretName" in render_error(helm, DB, "tls.enabled=true")
+    # Without TLS: the API port for probes, the pod IP advertised, no Secret.
+    plain = server_pod(render(helm, DB))
+    assert plain["containers"][0]["readinessProbe"]["grpc"]["port"] == 50051
+    assert "subdomain" not in plain
+    assert container_env(plain["containers"][0])["REGROUP_ADVERTISED_ADDRESS"] == "10.1.2.3:50051"

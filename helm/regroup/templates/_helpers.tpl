@@ -188,8 +188,26 @@ REGROUP_ADVERTISED_ADDRESS is where the other replicas (forwarding) and the clie
   valueFrom:
     fieldRef:
       fieldPath: status.podIP
+{{- if .Values.tls.enabled }}
+{{- /* A name the replicas' certificate can cover (pod IPs cannot be known in advance). */}}
+- name: REGROUP_ADVERTISED_ADDRESS
+  value: "$(REGROUP_REPLICA_ID).{{ include "regroup.headlessName" . }}.{{ .Release.Namespace }}.svc.{{ .Values.tls.clusterDomain }}:{{ .Values.service.port }}"
+- name: REGROUP_TLS_CERT
+  value: /etc/regroup/tls/tls.crt
+- name: REGROUP_TLS_KEY
+  value: /etc/regroup/tls/tls.key
+- name: REGROUP_TLS_CA
+  value: /etc/regroup/tls/ca.crt
+{{- if .Values.tls.clientAuth }}
+- name: REGROUP_TLS_CLIENT_CA
+  value: /etc/regroup/tls/ca.crt
+{{- end }}
+- name: REGROUP_HEALTH_LISTEN
+  value: "0.0.0.0:{{ .Values.tls.healthPort }}"
+{{- else }}
 - name: REGROUP_ADVERTISED_ADDRESS
   value: "$(POD_IP):{{ .Values.service.port }}"
+{{- end }}
 - name: REGROUP_LEASE_MS
   value: {{ int64 .Values.config.leaseMs | quote }}
 - name: REGROUP_LEASE_RENEW_MS
@@ -254,4 +272,12 @@ for their leases to run out instead.
     secretKeyRef:
       name: {{ .secret }}
       key: {{ .ctx.Values.database.existingSecretKey }}
+{{- end -}}
+
+{{/*
+The port the probes read the health service on: the plain-text health port under TLS
+(Kubernetes' gRPC probes cannot do TLS), else the API's.
+*/}}
+{{- define "regroup.probePort" -}}
+{{- ternary .Values.tls.healthPort .Values.service.port .Values.tls.enabled -}}
 {{- end -}}
