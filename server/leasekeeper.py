@@ -102,6 +102,11 @@ class LeaseKeeper:
         #: Lease rounds sent, and those that failed (for tests and benchmarks).
         self.rounds = 0
         self.failed_rounds = 0
+        #: Shards this replica acquired, released (its plan) and lost (taken while it could
+        #: not renew), since it started: for the metrics.
+        self.shards_acquired = 0
+        self.shards_released = 0
+        self.shards_lost = 0
         #: Set to run a round at once (another replica released shards).
         self.wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -173,6 +178,7 @@ class LeaseKeeper:
         lost = [s for s in held if s not in answer.granted or answer.granted[s] != held[s].owner_epoch]
         if lost:
             self.log.warning("shards_lost", shards=lost)
+            self.shards_lost += len(lost)
             await self._drop(lost)
         acquired = []
         for shard, epoch in answer.granted.items():
@@ -194,6 +200,8 @@ class LeaseKeeper:
                 self.log.warning("topics_load_failed", error=str(e))  # the next round tries again
             else:
                 self.topics_version = answer.topics_version
+        self.shards_acquired += len(acquired)
+        self.shards_released += len(todo.release)
         if todo.release or acquired:
             self.log.info(
                 "shards_changed",

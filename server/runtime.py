@@ -113,7 +113,26 @@ class Coordinator:
                 for partitions in m.pending_revocation.values()
             )
 
-        return Gauges(groups, members, revocations_pending, lambda: len(self.writer.shards.held))
+        keeper = self.keeper
+
+        def lease_rounds() -> dict[str, int]:
+            return {"ok": keeper.rounds - keeper.failed_rounds, "failed": keeper.failed_rounds}
+
+        def shard_moves() -> dict[str, int]:
+            return {
+                "acquired": keeper.shards_acquired,
+                "released": keeper.shards_released,
+                "lost": keeper.shards_lost,
+            }
+
+        return Gauges(
+            groups,
+            members,
+            revocations_pending,
+            lambda: len(self.writer.shards.held),
+            lease_rounds,
+            shard_moves,
+        )
 
     @property
     def store(self) -> GroupStore:

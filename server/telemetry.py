@@ -54,6 +54,10 @@ class Gauges:
     members: Callable[[], int]
     revocations_pending: Callable[[], int]
     shards_held: Callable[[], int]
+    #: Totals since the start, plain integers (read from any thread): lease rounds by
+    #: outcome, and shards by how they moved (acquired, released, lost).
+    lease_rounds: Callable[[], Mapping[str, int]] = dict
+    shard_moves: Callable[[], Mapping[str, int]] = dict
 
 
 class Metrics:
@@ -182,6 +186,18 @@ class Metrics:
             [one(gauges.revocations_pending)],
             unit="{partition}",
             description="Partitions (or Connect resources) members were asked to revoke and have not yet.",
+        )
+        self.meter.create_observable_counter(
+            "regroup.lease.rounds",
+            [lambda _: [Observation(n, {"outcome": k}) for k, n in gauges.lease_rounds().items()]],
+            unit="{round}",
+            description="Lease rounds (one statement renewing, releasing and acquiring), by outcome.",
+        )
+        self.meter.create_observable_counter(
+            "regroup.shards.moves",
+            [lambda _: [Observation(n, {"move": k}) for k, n in gauges.shard_moves().items()]],
+            unit="{shard}",
+            description="Shards this replica acquired, released, or lost (taken while it could not renew).",
         )
         self.meter.create_observable_gauge(
             "regroup.shards.held",
@@ -353,6 +369,8 @@ def on_loop(loop: asyncio.AbstractEventLoop, gauges: Gauges, timeout_s: float = 
         on_loop_call(loop, gauges.members, timeout_s),
         on_loop_call(loop, gauges.revocations_pending, timeout_s),
         on_loop_call(loop, gauges.shards_held, timeout_s),
+        gauges.lease_rounds,
+        gauges.shard_moves,
     )
 
 

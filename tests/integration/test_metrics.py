@@ -112,6 +112,9 @@ async def test_metrics_tell_what_a_scripted_rebalance_did(start_service: Service
     assert total(samples, "regroup_members") == 1
     assert total(samples, "regroup_revocations_pending") == 0
     assert total(samples, "regroup_shards_held") == 64
+    assert total(samples, "regroup_shards_moves_total", move="acquired") == 64
+    assert total(samples, "regroup_lease_rounds_total", outcome="ok") >= 1
+    assert total(samples, "regroup_lease_rounds_total", outcome="failed") == 0
     # Every call, by method and outcome (the response's error code).
     heartbeats = total(samples, "rpc_server_duration_milliseconds_count", rpc_method="ConsumerGroupHeartbeat")
     assert heartbeats == total(samples, "regroup_heartbeats_total")
