@@ -43,6 +43,9 @@ class ErrorCode(IntEnum):
     PARTITION_NOT_OWNED = 1002
     #: One result alone is larger than a response may be (answered without its largest part).
     MESSAGE_TOO_LARGE = 10
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
 
 
 class ApiError(Exception):
@@ -161,3 +164,15 @@ class CoordinatorLoadInProgress(ApiError):
     """Raised by the shell while it loads the groups of a shard it just acquired."""
 
     code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+
+class TopicAuthorizationFailed(ApiError):
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
+
+class GroupAuthorizationFailed(ApiError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+class ClusterAuthorizationFailed(ApiError):
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED

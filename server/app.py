@@ -18,6 +18,8 @@ from regroup.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_p
 
 from . import sql
 from .accept import AcceptWidener, widened_server
+from .access import Access
+from .aclfile import AccessFileError
 from .clock import Clock, SystemClock
 from .config import ConfigError, Settings
 from .embedded import start_embedded_postgres
@@ -75,6 +77,29 @@ def load_tls(settings: Settings) -> CertificateFiles | None:
         return CertificateFiles(paths)
     except CertificateError as e:
         raise ConfigError(str(e)) from None
+
+
+def load_access(settings: Settings) -> Access:
+    """The ACL and tokens files, loaded and checked (ConfigError naming the file and entry)."""
+    try:
+        return Access.from_files(settings.acl_file, settings.tokens_file)
+    except AccessFileError as e:
+        raise ConfigError(str(e)) from None
+
+
+#: Hosts that only this machine reaches: an open server there is today's `make run`.
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def warn_if_open(settings: Settings, access: Access) -> None:
+    """Logs once, at start, that anyone who reaches the port may do anything."""
+    host = settings.listen.rpartition(":")[0]
+    if access.acl is None and host not in LOOPBACK_HOSTS:
+        log.warning(
+            "access_control_off",
+            listen=settings.listen,
+            message="REGROUP_ACL_FILE is not set: every caller may join, commit for and delete any group",
+        )
 
 
 def find_migrations(settings: Settings) -> list[Migration]:
@@ -144,8 +169,12 @@ class RegroupServer:
     #: The TLS files served (None: plain text), re-read when they change.
     tls: CertificateFiles | None = None
 
+    #: The ACL and tokens in use (both off without REGROUP_ACL_FILE and REGROUP_TOKENS_FILE).
+    access: Access = field(default_factory=Access)
+
     async def start(self) -> None:
         self.tls = load_tls(self.settings)
+        self.access = load_access(self.settings)
         migrations = find_migrations(self.settings)
         dsn = await resolve_database_url(self.settings)
         applied = await run_migrations(dsn, migrations, self.settings.shards)
@@ -200,9 +229,11 @@ class RegroupServer:
             self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit, tls=self.tls
         )
         coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
-            GroupCoordinatorService(self.coordinator, self._forwarder), server
+            GroupCoordinatorService(self.coordinator, self._forwarder, access=self.access), server
         )
-        admin = GroupAdminService(self.coordinator, max_message_bytes=limit, forwarder=self._forwarder)
+        admin = GroupAdminService(
+            self.coordinator, max_message_bytes=limit, forwarder=self._forwarder, access=self.access
+        )
         admin_pb2_grpc.add_GroupAdminServicer_to_server(admin, server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -235,7 +266,10 @@ class RegroupServer:
             metrics=self._metrics_address(),
             tls="off" if self.tls is None else "mtls" if self.tls.mutual else "tls",
             fingerprint=None if self.tls is None else self.tls.current.fingerprint,
+            acl="off" if self.access.acl is None else str(self.access.acl.path),
+            tokens="off" if self.access.tokens is None else str(self.access.tokens.path),
         )
+        warn_if_open(self.settings, self.access)
 
     def _metrics_address(self) -> str:
         if self._metrics is None or not self._metrics.port:

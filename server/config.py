@@ -11,6 +11,7 @@ from pathlib import Path
 from regroup.reconciler import GroupConfig
 from regroup.reconciler.assignors import BUILTIN_ASSIGNORS
 
+from .aclfile import ACL_FILE, TOKENS_FILE, AccessFileError, load_acl, load_tokens
 from .leases import min_margin_ms
 from .tls import CertificateError, TlsPaths, load
 
@@ -78,6 +79,20 @@ class Settings:
     #: The CA that signed the other replicas' certificates, for forwarding (default:
     #: the client CA if set, else the system's roots).
     tls_ca: Path | None = None
+    #: Access control (server/access.py): the ACL (None: everything is allowed) and the
+    #: bearer tokens' hashes, JSON or YAML files re-read when they change.
+    acl_file: Path | None = None
+    tokens_file: Path | None = None
+
+    def check_access_files(self) -> None:
+        """ConfigError naming the file and the entry when the ACL or tokens file does not load."""
+        try:
+            if self.acl_file is not None:
+                load_acl(self.acl_file)
+            if self.tokens_file is not None:
+                load_tokens(self.tokens_file)
+        except AccessFileError as e:
+            raise ConfigError(str(e)) from None
 
     def tls_paths(self) -> TlsPaths | None:
         """The TLS files, or None when the server speaks plain text (ConfigError when
@@ -128,6 +143,8 @@ _ENV = {
     "tls_key": "REGROUP_TLS_KEY",
     "tls_client_ca": "REGROUP_TLS_CLIENT_CA",
     "tls_ca": "REGROUP_TLS_CA",
+    "acl_file": ACL_FILE,
+    "tokens_file": TOKENS_FILE,
 }
 
 #: The most shards a database may be split into.
@@ -197,7 +214,7 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         raise ConfigError(f"REGROUP_SHARDS must be at most {MAX_SHARDS}, got {shards}.")
     lease_ms, renew_ms = _lease(raw)
     tls = _tls(raw)
-    return Settings(
+    settings = Settings(
         listen=listen,
         database_url=raw.get("database_url"),
         data_dir=Path(raw.get("data_dir", DEFAULT_DATA_DIR)),
@@ -234,7 +251,11 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         tls_key=tls.key if tls is not None else None,
         tls_client_ca=tls.client_ca if tls is not None else None,
         tls_ca=tls.ca if tls is not None else None,
+        acl_file=Path(raw["acl_file"]) if "acl_file" in raw else None,
+        tokens_file=Path(raw["tokens_file"]) if "tokens_file" in raw else None,
     )
+    settings.check_access_files()  # a wrong file stops the start with its name and entry
+    return settings
 
 
 def _host_port_or_off(field: str, value: str) -> str:

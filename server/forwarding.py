@@ -9,7 +9,8 @@ is it forwarded, so the call for an owned group pays nothing for the feature.
 A forwarded call carries `regroup-forwarded-by`; a replica never forwards such a
 call again (two replicas with different views of the leases cannot bounce it
 between them): it answers NOT_COORDINATOR with the address it knows instead. The
-caller's metadata (an authorization token, a trace context) goes along, and the
+caller's metadata (an authorization token, a trace context) goes along (under mTLS
+with the caller's principal in `regroup-principal`: see server/access.py), and the
 caller's deadline bounds the forwarded call. A replica that serves TLS forwards over
 TLS, verifying the owner's certificate with REGROUP_TLS_CA (or the client CA) and,
 under mTLS, presenting its own certificate as the client's; when its files change,
@@ -29,7 +30,7 @@ import structlog
 
 from regroup.v1 import admin_pb2_grpc, common_pb2, coordinator_pb2_grpc
 
-from . import mapping
+from . import access, mapping
 from .tls import CertificateFiles, channel_credentials
 
 log = structlog.get_logger("regroup")
@@ -160,9 +161,15 @@ class Forwarder:
         metadata = [
             (key, value)
             for key, value in _metadata(context)
-            if not key.startswith((":", "grpc-")) and key not in (FORWARDED_BY, CLIENT_HOST, "user-agent")
+            if not key.startswith((":", "grpc-"))
+            and key not in (FORWARDED_BY, CLIENT_HOST, access.PRINCIPAL, "user-agent")
         ]
         metadata += [(FORWARDED_BY, self.replica_id), (CLIENT_HOST, client_host(context))]
+        caller = access.current()
+        if caller is not None and self._tls is not None and self._tls.mutual:
+            # The owner sees this replica's certificate, not the caller's: it is told whose
+            # call this is, and believes it if that certificate is granted `forward`.
+            metadata.append((access.PRINCIPAL, caller.principal))
         try:
             response = await getattr(stub, method)(request, timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as e:

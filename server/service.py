@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import grpc
 import structlog
+from google.protobuf import message_factory
 from opentelemetry import propagate
 from opentelemetry.trace import SpanKind
 
@@ -25,7 +26,9 @@ from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
 from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
-from . import mapping, paging
+from . import access, mapping, paging
+from .access import Access, Caller, Rule, Unauthenticated
+from .authz import Operation, ResourceType
 from .forwarding import NOT_COORDINATOR, Forwarder, client_host
 from .runtime import Coordinator
 from .telemetry import Metrics
@@ -73,7 +76,11 @@ def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
         started = time.perf_counter()
         metrics: Metrics = self._coordinator.writer.metrics
         try:
-            response = await method(self, request, context)
+            gate: Access = self._access
+            if gate.enabled:
+                response = await guarded(self, gate, request, context)
+            else:
+                response = await method(self, request, context)
         except grpc.aio.AbortError:
             metrics.rpc(self.SERVICE, name, started, 0, _status_name(context))
             raise
@@ -88,7 +95,63 @@ def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
         metrics.rpc(self.SERVICE, name, started, getattr(response, "error_code", 0))
         return response
 
+    async def guarded(self: Any, gate: Access, request: Req, context: Ctx) -> Resp:
+        """The call, made by its principal, if the principal may make it (see server/access.py)."""
+        rule = access.RULES[(self.SERVICE, name)]
+        try:
+            caller = gate.caller(context)
+        except Unauthenticated as e:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+            raise  # unreachable: abort raises
+        except ApiError as e:  # an untrusted claim to be a replica
+            refusal: ApiError | None = e
+        else:
+            refusal = _request_refusal(rule, caller, request, self._coordinator)
+        if refusal is not None:
+            refused: Resp = await _refused(self.SERVICE, name, request, context, refusal)
+            return refused
+        token = access.enter(caller)
+        try:
+            return await method(self, request, context)
+        finally:
+            access.leave(token)
+
     return wrapper
+
+
+def _request_refusal(rule: Rule, caller: Caller, request: Any, coordinator: Coordinator) -> ApiError | None:
+    """Why the call may not go on, for RPCs about one group (items are checked by their handlers)."""
+    if rule.scope != "request" or caller.authorizer is None:
+        return None
+    operation = rule.operation_for(request)
+    group_id: str = request.group_id
+    if not caller.allowed(operation, rule.resource_type, group_id):
+        return access.refusal(rule.resource_type, _echo(group_id), operation, caller.principal)
+    if rule.subscription:
+        return access.subscription_refusal(caller, request, coordinator)
+    return None
+
+
+async def _refused(service: str, method: str, request: Any, context: Ctx, error: ApiError) -> Any:
+    """The RPC's response carrying `error` (nothing was done); PERMISSION_DENIED for a
+    response with no error_code of its own (its results are per item)."""
+    output = _SERVICES[service].methods_by_name[method].output_type
+    fields = output.fields_by_name
+    if "error_code" not in fields:
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{error.code.name}: {error.message}")
+    response: dict[str, Any] = _error_fields(error)
+    if "member_id" in fields:
+        response["member_id"] = request.member_id
+    return message_factory.GetMessageClass(output)(**response)
+
+
+_SERVICES = {
+    d.full_name: d
+    for d in (
+        coordinator_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"],
+        admin_pb2.DESCRIPTOR.services_by_name["GroupAdmin"],
+    )
+}
 
 
 def _span_attributes(service: str, method: str, request: Any) -> dict[str, Any]:
@@ -136,9 +199,12 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
     IS_COORDINATOR = True
     SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].full_name
 
-    def __init__(self, coordinator: Coordinator, forwarder: Forwarder | None = None) -> None:
+    def __init__(
+        self, coordinator: Coordinator, forwarder: Forwarder | None = None, *, access: Access | None = None
+    ) -> None:
         self._coordinator = coordinator
         self._forwarder = forwarder
+        self._access = access or Access()
 
     @internal_errors
     async def FindCoordinator(
@@ -340,9 +406,11 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         *,
         max_message_bytes: int = paging.GRPC_DEFAULT_MAX_MESSAGE_BYTES,
         forwarder: Forwarder | None = None,
+        access: Access | None = None,
     ) -> None:
         self._coordinator = coordinator
         self._forwarder = forwarder
+        self._access = access or Access()
         # Listings page before their response would pass the server's message limit.
         self._page_bytes = paging.byte_budget(max_message_bytes)
 
@@ -350,34 +418,75 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
     async def CreateTopics(
         self, request: admin_pb2.CreateTopicsRequest, context: Ctx
     ) -> admin_pb2.CreateTopicsResponse:
-        outcomes = await self._coordinator.create_topics(
-            [(t.name, t.num_partitions, tuple(t.partition_racks)) for t in request.topics]
+        Result = admin_pb2.CreateTopicsResponse.Result
+        topics = list(request.topics)
+
+        async def create(allowed: list[Any]) -> list[Any]:
+            outcomes = await self._coordinator.create_topics(
+                [(t.name, t.num_partitions, tuple(t.partition_racks)) for t in allowed]
+            )
+            return [Result(**_topic_result(o)) for o in outcomes]
+
+        results = await _checked(
+            topics,
+            [_item_refusal("admin", "topic", t.name) for t in topics],
+            create,
+            lambda t, e: Result(name=_echo(t.name), **_error_fields(e)),
         )
-        return admin_pb2.CreateTopicsResponse(
-            topics=[admin_pb2.CreateTopicsResponse.Result(**_topic_result(o)) for o in outcomes]
-        )
+        return admin_pb2.CreateTopicsResponse(topics=results)
 
     @internal_errors
     async def CreatePartitions(
         self, request: admin_pb2.CreatePartitionsRequest, context: Ctx
     ) -> admin_pb2.CreatePartitionsResponse:
-        outcomes = await self._coordinator.create_partitions(
-            [(t.name, t.topic_id, t.count, tuple(t.new_partition_racks)) for t in request.topics]
+        Result = admin_pb2.CreatePartitionsResponse.Result
+        topics = list(request.topics)
+        image = self._coordinator.image
+
+        async def grow(allowed: list[Any]) -> list[Any]:
+            outcomes = await self._coordinator.create_partitions(
+                [(t.name, t.topic_id, t.count, tuple(t.new_partition_racks)) for t in allowed]
+            )
+            return [Result(**_topic_result(o)) for o in outcomes]
+
+        results = await _checked(
+            topics,
+            [_topic_refusal(image, t.name, t.topic_id) for t in topics],
+            grow,
+            lambda t, e: Result(name=_echo(t.name), topic_id=_echo(t.topic_id), **_error_fields(e)),
         )
-        return admin_pb2.CreatePartitionsResponse(
-            topics=[admin_pb2.CreatePartitionsResponse.Result(**_topic_result(o)) for o in outcomes]
-        )
+        return admin_pb2.CreatePartitionsResponse(topics=results)
 
     @internal_errors
     async def DeleteTopics(
         self, request: admin_pb2.DeleteTopicsRequest, context: Ctx
     ) -> admin_pb2.DeleteTopicsResponse:
-        outcomes = await self._coordinator.delete_topics(list(request.names), list(request.topic_ids))
-        results = []
-        for o in outcomes:
-            fields = _topic_result(o)
-            fields.pop("num_partitions", None)
-            results.append(admin_pb2.DeleteTopicsResponse.Result(**fields))
+        Result = admin_pb2.DeleteTopicsResponse.Result
+        image = self._coordinator.image
+        # Outcomes come for the names, then for the ids, each in request order.
+        items = [("", n) for n in request.names] + [("id", t) for t in request.topic_ids]
+
+        async def delete(allowed: list[tuple[str, str]]) -> list[Any]:
+            outcomes = await self._coordinator.delete_topics(
+                [v for k, v in allowed if not k], [v for k, v in allowed if k]
+            )
+            results = []
+            for o in outcomes:
+                fields = _topic_result(o)
+                fields.pop("num_partitions", None)
+                results.append(Result(**fields))
+            return results
+
+        results = await _checked(
+            items,
+            [_topic_refusal(image, "" if k else v, v if k else "") for k, v in items],
+            delete,
+            lambda item, e: Result(
+                name="" if item[0] else _echo(item[1]),
+                topic_id=_echo(item[1]) if item[0] else "",
+                **_error_fields(e),
+            ),
+        )
         return admin_pb2.DeleteTopicsResponse(topics=results)
 
     @internal_errors
@@ -401,7 +510,10 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
             topics = paging.Cursor("DescribeTopics", [], str, "names")
             return paging.take_page(
                 paging.sorted_after(image.by_name, topics.after(request.page_token)),
-                lambda name: _describe_topic(image, name),
+                # Topics the principal may not describe are left out, as Kafka's Metadata does.
+                lambda name: (
+                    _describe_topic(image, name) if access.allowed("describe", "topic", name) else None
+                ),
                 paging.page_size(request.page_size),
                 self._page_bytes,
                 topics,
@@ -414,7 +526,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         start = 0 if last is None else last + 1
         return paging.take_page(
             range(start, len(names)),
-            lambda i: _describe_topic(image, names[i]),
+            lambda i: _describe_named_topic(image, names[i]),
             paging.page_size(request.page_size, default=len(names)),
             self._page_bytes,
             named,
@@ -430,6 +542,8 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         coordinator = self._coordinator
 
         def listing(group_id: str) -> GroupListing | None:
+            if not access.allowed("describe", "group", group_id):
+                return None  # left out, as Kafka leaves out groups the principal may not describe
             group = coordinator.group(group_id)
             if group is None:
                 return None
@@ -521,6 +635,10 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         coordinator = self._coordinator
         out = []
         for group_id in request.group_ids:
+            refusal = _item_refusal("describe", "group", group_id)
+            if refusal is not None:
+                out.append(admin_pb2.DescribedGroup(group_id=_echo(group_id), **_error_fields(refusal)))
+                continue
             group = coordinator.group(group_id)
             if group is None:
                 error = self._group_error(group_id)
@@ -571,6 +689,12 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
     ) -> admin_pb2.DeleteGroupsResponse:
         results = []
         for group_id in request.group_ids:
+            refusal = _item_refusal("admin", "group", group_id)
+            if refusal is not None:
+                results.append(
+                    admin_pb2.DeleteGroupsResponse.Result(group_id=_echo(group_id), **_error_fields(refusal))
+                )
+                continue
             try:
                 validate_group_id(group_id)
                 await self._coordinator.delete_group(group_id)
@@ -595,6 +719,52 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         except ApiError as e:
             return admin_pb2.PutConnectorsResponse(**_error_fields(e))
         return admin_pb2.PutConnectorsResponse(group_epoch=epoch)
+
+
+Item = TypeVar("Item")
+Out = TypeVar("Out")
+
+
+def _item_refusal(operation: Operation, resource_type: ResourceType, name: str) -> ApiError | None:
+    """Why the call being served may not do `operation` on this item, or None."""
+    caller = access.current()
+    if caller is None or caller.allowed(operation, resource_type, name):
+        return None
+    return access.refusal(resource_type, _echo(name), operation, caller.principal)
+
+
+def _topic_refusal(image: TopicsImage, name: str, topic_id: str) -> ApiError | None:
+    """`admin` on a topic named by id (as the topic admin finds it: by id first) or by name.
+    An id that names no topic is let through: its answer, UNKNOWN_TOPIC_ID, tells nothing."""
+    if topic_id:
+        topic = image.by_id.get(topic_id)
+        if topic is None:
+            return None
+        name = topic.name
+    return _item_refusal("admin", "topic", name)
+
+
+async def _checked(
+    items: list[Item],
+    refusals: list[ApiError | None],
+    run: Callable[[list[Item]], Awaitable[list[Out]]],
+    refused: Callable[[Item, ApiError], Out],
+) -> list[Out]:
+    """One result per item, in order: `run` on the items allowed (not at all when every
+    item was refused: nothing is done), `refused` for the others."""
+    allowed = [item for item, refusal in zip(items, refusals, strict=True) if refusal is None]
+    done = iter(await run(allowed) if allowed or not items else [])
+    return [
+        next(done) if refusal is None else refused(item, refusal)
+        for item, refusal in zip(items, refusals, strict=True)
+    ]
+
+
+def _describe_named_topic(image: TopicsImage, name: str) -> TopicDescription:
+    refusal = _item_refusal("describe", "topic", name)
+    if refusal is not None:
+        return TopicDescription(name=_echo(name), **_error_fields(refusal))
+    return _describe_topic(image, name)
 
 
 def _group_error(group_id: str) -> ApiError:

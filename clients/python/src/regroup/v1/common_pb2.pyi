@@ -91,6 +91,18 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     max_message_bytes): it is answered without its largest part, which the
     message names.
     """
+    TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
+    """The caller's principal may not describe, or administer, this topic (see
+    "Access control" in the README); nothing was done for it.
+    """
+    GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
+    """The caller's principal lacks the operation this call needs on this group;
+    nothing was done for it.
+    """
+    CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 31
+    """The call claimed to be forwarded by a replica, but its caller is not granted
+    `forward` on the cluster; nothing was done.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Error codes returned in the `error_code` field of every response.
@@ -167,6 +179,18 @@ MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
 """One result is larger than a response may be (the server's
 max_message_bytes): it is answered without its largest part, which the
 message names.
+"""
+TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
+"""The caller's principal may not describe, or administer, this topic (see
+"Access control" in the README); nothing was done for it.
+"""
+GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
+"""The caller's principal lacks the operation this call needs on this group;
+nothing was done for it.
+"""
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 31
+"""The call claimed to be forwarded by a replica, but its caller is not granted
+`forward` on the cluster; nothing was done.
 """
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
