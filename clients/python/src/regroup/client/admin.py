@@ -191,7 +191,7 @@ class GroupAdmin:
     `channel_factory(address)` opens the channels, to the target and to the coordinators
     followed (default: insecure channels, or TLS ones with `tls`, a `TlsConfig`). Given
     a channel and no factory, every call goes through that channel (the service
-    forwards)."""
+    forwards). `token` is sent as `authorization: Bearer <token>` with every call."""
 
     def __init__(
         self,
@@ -202,24 +202,29 @@ class GroupAdmin:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 5_000,
         tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         check_factory(tls, channel_factory)
         self._owns_channel = isinstance(target, str)
         if isinstance(target, str):
             connect = channel_factory or aio_connector(tls)
             self._channel = connect(target)
-            self._router = CoordinatorRouter(self._channel, bootstrap_address=target, connect=connect)
+            self._router = CoordinatorRouter(
+                self._channel, bootstrap_address=target, connect=connect, token=token
+            )
         else:
             self._channel = target
             follow = aio_connector(tls) if tls is not None else channel_factory
-            self._router = CoordinatorRouter(target, connect=follow)
+            self._router = CoordinatorRouter(target, connect=follow, token=token)
         self._stub = self._router.bootstrap.admin
         self._timeout = timeout
         self._backoff = (retry_backoff_ms, retry_backoff_max_ms)
 
     async def _do(self, plan: Plan[T]) -> T:
         rpc, request, read = plan
-        return read(await getattr(self._stub, rpc)(request, timeout=self._timeout))
+        return read(
+            await getattr(self._stub, rpc)(request, timeout=self._timeout, metadata=self._router.metadata())
+        )
 
     async def _do_group(self, plan: GroupPlan[T]) -> T:
         call, read = plan
@@ -233,7 +238,9 @@ class GroupAdmin:
         rpc, request, read = plan
         out: list[T] = []
         while True:
-            response = await getattr(self._stub, rpc)(request, timeout=self._timeout)
+            response = await getattr(self._stub, rpc)(
+                request, timeout=self._timeout, metadata=self._router.metadata()
+            )
             out += read(response)
             if not _next_page(request, response):
                 return out
@@ -311,7 +318,8 @@ class GroupAdmin:
 
 class SyncGroupAdmin:
     """The same calls on a blocking channel, for scripts and Spark drivers (and the same
-    options: `channel_factory` makes blocking channels, `tls` makes TLS ones)."""
+    options: `channel_factory` makes blocking channels, `tls` makes TLS ones, `token` is
+    sent with every call)."""
 
     def __init__(
         self,
@@ -322,24 +330,29 @@ class SyncGroupAdmin:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 5_000,
         tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         check_factory(tls, channel_factory)
         self._owns_channel = isinstance(target, str)
         if isinstance(target, str):
             connect = channel_factory or blocking_connector(tls)
             self._channel = connect(target)
-            self._router = CoordinatorRouter(self._channel, bootstrap_address=target, connect=connect)
+            self._router = CoordinatorRouter(
+                self._channel, bootstrap_address=target, connect=connect, token=token
+            )
         else:
             self._channel = target
             follow = blocking_connector(tls) if tls is not None else channel_factory
-            self._router = CoordinatorRouter(target, connect=follow)
+            self._router = CoordinatorRouter(target, connect=follow, token=token)
         self._stub = self._router.bootstrap.admin
         self._timeout = timeout
         self._backoff = (retry_backoff_ms, retry_backoff_max_ms)
 
     def _do(self, plan: Plan[T]) -> T:
         rpc, request, read = plan
-        return read(getattr(self._stub, rpc)(request, timeout=self._timeout))
+        return read(
+            getattr(self._stub, rpc)(request, timeout=self._timeout, metadata=self._router.metadata())
+        )
 
     def _do_group(self, plan: GroupPlan[T]) -> T:
         call, read = plan
@@ -353,7 +366,9 @@ class SyncGroupAdmin:
         rpc, request, read = plan
         out: list[T] = []
         while True:
-            response = getattr(self._stub, rpc)(request, timeout=self._timeout)
+            response = getattr(self._stub, rpc)(
+                request, timeout=self._timeout, metadata=self._router.metadata()
+            )
             out += read(response)
             if not _next_page(request, response):
                 return out

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import grpc
 
-from regroup.client._telemetry import span, trace_metadata
+from regroup.client._telemetry import span
 from regroup.client.assignors.base import AssignmentPlan, ClientAssignor
 from regroup.client.errors import (
     FENCING_CODES,
@@ -111,7 +111,8 @@ class GroupMember:
     `channel_factory(address)` opens, by default insecure ones with `interceptors`,
     or TLS ones with `tls` (a `TlsConfig`; not with a factory); pass a factory for
     channel options. Given a channel and no factory, the member stays on that channel
-    (the service forwards), or follows over channels that `tls` makes.
+    (the service forwards), or follows over channels that `tls` makes. `token` is sent
+    as `authorization: Bearer <token>` with every call (see "Access control" in the README).
     """
 
     _wire: Wire = ConsumerWire
@@ -127,6 +128,7 @@ class GroupMember:
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
         channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
         tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         check_factory(tls, channel_factory)
         if isinstance(target, str):
@@ -135,12 +137,14 @@ class GroupMember:
             connect = channel_factory or aio_connector(tls, interceptors)
             self._channel = connect(target)
             self._owns_channel = True
-            self._router = CoordinatorRouter(self._channel, bootstrap_address=target, connect=connect)
+            self._router = CoordinatorRouter(
+                self._channel, bootstrap_address=target, connect=connect, token=token
+            )
         else:
             self._channel = target
             self._owns_channel = False
             follow = aio_connector(tls, interceptors) if tls is not None else channel_factory
-            self._router = CoordinatorRouter(target, connect=follow)
+            self._router = CoordinatorRouter(target, connect=follow, token=token)
         #: Ask FindCoordinator before the next heartbeat (a NOT_COORDINATOR named nobody).
         self._lookup_wanted = False
         self._listener = listener if listener is not None else RebalanceListener()
@@ -470,7 +474,7 @@ class GroupMember:
         try:
             with span("regroup.heartbeat", group_id=self._group_id, member_epoch=request.member_epoch):
                 response = await getattr(endpoint.coordinator, self._wire.rpc)(
-                    request, timeout=timeout, metadata=trace_metadata()
+                    request, timeout=timeout, metadata=self._router.metadata()
                 )
         except asyncio.CancelledError:
             # close() stops the heartbeats: whoever waits for this acknowledgement (a

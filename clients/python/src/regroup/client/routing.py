@@ -46,6 +46,15 @@ NextStep = Literal["retry", "find", "stuck"]
 Service = Literal["coordinator", "admin"]
 
 
+def bearer(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The `authorization` metadata for a bearer token (none without one)."""
+    if token is None:
+        return ()
+    if not token or token != token.strip() or "\n" in token:
+        raise ValueError("token must be a non-empty string without surrounding spaces or newlines")
+    return (("authorization", f"Bearer {token}"),)
+
+
 def backoff_s(failures: int, backoff_ms: int, backoff_max_ms: int) -> float:
     """The delay before retry number `failures` (from 1): exponential, capped, with jitter."""
     delay_ms = min(backoff_max_ms, backoff_ms << min(max(failures, 1) - 1, 30))
@@ -87,8 +96,11 @@ class CoordinatorRouter(Generic[C]):
         *,
         bootstrap_address: str | None = None,
         connect: Callable[[str], C] | None = None,
+        token: str | None = None,
     ) -> None:
         self.bootstrap: Endpoint[C] = Endpoint(None, bootstrap)
+        #: Sent with every call, to the bootstrap address and to the coordinators followed.
+        self._credentials: tuple[tuple[str, str], ...] = bearer(token)
         self.bootstrap_address = bootstrap_address
         self._connect = connect
         self._endpoints: dict[str, Endpoint[C]] = {}
@@ -96,6 +108,13 @@ class CoordinatorRouter(Generic[C]):
         #: False once the service answered FindCoordinator with UNIMPLEMENTED (an older server).
         self.find_supported = True
         self._warned_no_connect = False
+
+    def metadata(self) -> tuple[tuple[str, str], ...] | None:
+        """A call's metadata: the bearer token, if any, and the current trace context."""
+        traced = trace_metadata()
+        if not self._credentials:
+            return traced
+        return self._credentials + (traced or ())
 
     def route(self, group_id: str) -> Endpoint[C]:
         """Where the group's next call goes."""
@@ -199,7 +218,9 @@ async def find_async(router: CoordinatorRouter[Any], group_id: str, seconds: flo
         return
     stub = router.bootstrap.coordinator
     try:
-        response = await stub.FindCoordinator(_find_request(group_id), timeout=seconds)
+        response = await stub.FindCoordinator(
+            _find_request(group_id), timeout=seconds, metadata=router.metadata()
+        )
     except grpc.RpcError as err:
         router.find_failed(group_id, err.code())
         return
@@ -212,7 +233,7 @@ def find_blocking(router: CoordinatorRouter[Any], group_id: str, seconds: float)
         return
     stub = router.bootstrap.coordinator
     try:
-        response = stub.FindCoordinator(_find_request(group_id), timeout=seconds)
+        response = stub.FindCoordinator(_find_request(group_id), timeout=seconds, metadata=router.metadata())
     except grpc.RpcError as err:
         router.find_failed(group_id, err.code())
         return
@@ -349,7 +370,7 @@ async def drive_async(router: CoordinatorRouter[Any], steps: Generator[Step, Any
         if isinstance(step, Send):
             try:
                 rpc = getattr(step.endpoint.stub(step.service), step.rpc)
-                value = await rpc(step.request, timeout=step.timeout, metadata=trace_metadata())
+                value = await rpc(step.request, timeout=step.timeout, metadata=router.metadata())
             except grpc.RpcError as err:
                 error = err
         elif isinstance(step, Sleep):
@@ -372,7 +393,7 @@ def drive_blocking(router: CoordinatorRouter[Any], steps: Generator[Step, Any, T
         if isinstance(step, Send):
             try:
                 rpc = getattr(step.endpoint.stub(step.service), step.rpc)
-                value = rpc(step.request, timeout=step.timeout, metadata=trace_metadata())
+                value = rpc(step.request, timeout=step.timeout, metadata=router.metadata())
             except grpc.RpcError as err:
                 error = err
         elif isinstance(step, Sleep):

@@ -75,7 +75,7 @@ class SyncGroupMember:
     immutable snapshot. Listener methods are plain functions run in worker
     threads, one at a time, in protocol order. `channel_factory` (called on the
     member's own loop) opens the asyncio channels, as for GroupMember, or `tls` (a
-    `TlsConfig`) makes them TLS channels."""
+    `TlsConfig`) makes them TLS channels; `token` is sent with every call."""
 
     _member_class: type[GroupMember] = GroupMember
 
@@ -89,6 +89,7 @@ class SyncGroupMember:
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
         channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
         tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         check_factory(tls, channel_factory)  # before a thread is started for nothing
         self._loop = asyncio.new_event_loop()
@@ -106,6 +107,7 @@ class SyncGroupMember:
                 interceptors=interceptors,
                 channel_factory=channel_factory,
                 tls=tls,
+                token=token,
             )
 
         self._member = self._call(make())
