@@ -171,3 +171,16 @@ def test_the_principal_of_a_call(tmp_path: Path) -> None:
 def test_without_files_calls_are_not_even_authenticated() -> None:
     assert not Access().enabled
     assert access.allowed("admin", "group", "anything")  # no caller set: all allowed
+
+
+def test_an_open_server_beyond_loopback_says_so_once_at_start(tmp_path: Path) -> None:
+    from structlog.testing import capture_logs
+
+    from regroup.server.app import warn_if_open
+    from regroup.server.config import Settings
+
+    with capture_logs() as logs:
+        warn_if_open(Settings(listen="127.0.0.1:50051"), Access())
+        warn_if_open(Settings(listen="0.0.0.0:50051"), gate(tmp_path, []))
+        warn_if_open(Settings(listen="0.0.0.0:50051"), Access())
+    assert [e["event"] for e in logs] == ["access_control_off"]
