@@ -304,6 +304,16 @@ def install_computed_target(group: Group | None, records: Sequence[Record], ctx:
     kept: list[Record] = [
         r for r in records[:-1] if not isinstance(r, TargetAssignmentMemberRecord) or r.member_id in members
     ]
+    if len(kept) < len(records) - 1 and group.group_epoch == epoch_record.assignment_epoch:
+        # A member left meanwhile without moving the group epoch: a static member replaced
+        # by a new one under its instance id, which inherited its old target. Installed,
+        # the departed member's new target would be lost (partitions given to nobody) and
+        # the replacement's inherited one could overlap the others' new targets (each
+        # waiting for the other's partitions), with no epoch bump to compute again. Compute
+        # again now for the members there instead (found by the offloaded state machine,
+        # tests/unit/reconciler/test_offloaded_properties.py). When the epoch moved on,
+        # the next computation is scheduled below and mends what this one leaves.
+        return Result(False, (), (ScheduleAssignment(ctx.now_ms),))
     kept.append(epoch_record)
     timers: tuple[TimerOp, ...] = ()
     if group.group_epoch > epoch_record.assignment_epoch:

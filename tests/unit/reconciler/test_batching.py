@@ -175,6 +175,36 @@ def test_members_that_left_meanwhile_get_no_target_and_the_next_computation_is_s
     assert sorted(h.groups["g"].target) == ["a", "c"]
 
 
+def test_a_static_member_replaced_meanwhile_gets_the_target_computed_again() -> None:
+    """A static member's replacement (same instance id) moves no group epoch and inherits the
+    old target. Installed, the computation would lose the departed member's new target and
+    could overlap the replacement's: it is computed again for the members there now. (Found
+    by the offloaded state machine: partitions given to nobody, or two members each waiting
+    for the other's, for ever.)"""
+    h = EngineHarness(config=GroupConfig(inline_assignment_max_partitions=1), now_ms=10_000)
+    h.create_topic("foo", 6)
+    h.heartbeat(join("g", "a", ["foo"]))
+    h.heartbeat(join("g", "b", ["foo"], instance_id="s-b"))
+    h.heartbeat(join("g", "c", ["foo"]))
+    pending = pending_assignment(h.groups["g"], h.ctx())
+    assert pending is not None
+    records = pending.compute(h.config)
+    epoch = h.groups["g"].group_epoch
+    h.heartbeat(beat("g", "b", -2, instance_id="s-b"))  # away for a restart
+    h.heartbeat(join("g", "b2", ["foo"], instance_id="s-b"))  # its replacement takes its place
+    group = h.groups["g"]
+    assert group.group_epoch == epoch and sorted(group.members) == ["a", "b2", "c"]
+
+    result = install_computed_target(group, records, h.ctx())
+    assert (result.response, result.records, result.timers) == (False, (), (ScheduleAssignment(h.now_ms),))
+    again = pending_assignment(group, h.ctx())
+    assert again is not None
+    h.apply("g", install_computed_target(group, again.compute(h.config), h.ctx()))
+    targets = [p for t in h.groups["g"].target.values() for ps in t.values() for p in ps]
+    assert sorted(targets) == [0, 1, 2, 3, 4, 5]  # every partition, once
+    assert sorted(h.groups["g"].target) == ["a", "b2", "c"]
+
+
 def test_a_target_is_not_installed_over_a_newer_one_or_into_a_client_side_group() -> None:
     h, records = offloaded()
     h.apply("g", install_computed_target(h.groups["g"], records, h.ctx()))
