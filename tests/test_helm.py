@@ -829,3 +829,43 @@ def test_tls_from_a_secret_with_plain_text_probes_and_names_the_certificate_can_
     assert plain["containers"][0]["readinessProbe"]["grpc"]["port"] == 50051
     assert "subdomain" not in plain
     assert container_env(plain["containers"][0])["REGROUP_ADVERTISED_ADDRESS"] == "10.1.2.3:50051"
+
+
+# --- Access control (issue 21) ------------------------------------------------------------------
+
+
+def test_acl_and_tokens_files_come_from_a_config_map_or_secrets(helm: str, tmp_path: Path) -> None:
+    import json
+
+    from regroup.server.config import load_settings
+
+    sets = (DB, "accessControl.acl.configMap=rg-acl", "accessControl.tokens.secret=rg-tokens")
+    docs = render(helm, *sets, "accessControl.acl.key=acl.json")
+    spec = server_pod(docs)
+    (container,) = spec["containers"]
+    env = container_env(container)
+    assert env["REGROUP_ACL_FILE"] == "/etc/regroup/acl/acl.json"
+    assert env["REGROUP_TOKENS_FILE"] == "/etc/regroup/tokens/tokens.yaml"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert (mounts["acl"]["mountPath"], mounts["acl"]["readOnly"]) == ("/etc/regroup/acl", True)
+    assert (mounts["tokens"]["mountPath"], mounts["tokens"]["readOnly"]) == ("/etc/regroup/tokens", True)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["acl"]["configMap"] == {"name": "rg-acl"}
+    assert volumes["tokens"]["secret"] == {"secretName": "rg-tokens"}
+    from_secret = server_pod(render(helm, DB, "accessControl.acl.secret=rg-acl"))
+    assert {v["name"]: v for v in from_secret["volumes"]}["acl"]["secret"] == {"secretName": "rg-acl"}
+    assert "not both" in render_error(helm, DB, "accessControl.acl.configMap=a", "accessControl.acl.secret=b")
+    # Nothing set: no files, no mounts (everything allowed, as before).
+    plain = server_pod(render(helm, DB))
+    assert "REGROUP_ACL_FILE" not in container_env(plain["containers"][0])
+    assert not {"acl", "tokens"} & {v["name"] for v in plain["volumes"]}
+    # The server takes the variables with files of that format where they point.
+    acl = tmp_path / "acl.json"
+    entry = {"principal": "User:alice", "operation": "member", "resource_type": "group"}
+    acl.write_text(json.dumps([{**entry, "pattern_type": "prefixed", "name": "orders-"}]))
+    settings = load_settings({**env, "REGROUP_ACL_FILE": str(acl), "REGROUP_TOKENS_FILE": ""})
+    assert settings.acl_file == acl
+    validate = Path(sys.executable).parent / "kubernetes-validate"
+    rendered = run(helm, "template", "rg", str(CHART), *[a for s in sets for a in ("--set", s)])
+    result = run(str(validate), "--strict", "--quiet", "-", stdin=rendered.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr

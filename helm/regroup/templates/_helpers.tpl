@@ -208,6 +208,16 @@ REGROUP_ADVERTISED_ADDRESS is where the other replicas (forwarding) and the clie
 - name: REGROUP_ADVERTISED_ADDRESS
   value: "$(POD_IP):{{ .Values.service.port }}"
 {{- end }}
+{{- with .Values.accessControl }}
+{{- if or .acl.configMap .acl.secret }}
+- name: REGROUP_ACL_FILE
+  value: /etc/regroup/acl/{{ .acl.key }}
+{{- end }}
+{{- if .tokens.secret }}
+- name: REGROUP_TOKENS_FILE
+  value: /etc/regroup/tokens/{{ .tokens.key }}
+{{- end }}
+{{- end }}
 - name: REGROUP_LEASE_MS
   value: {{ int64 .Values.config.leaseMs | quote }}
 - name: REGROUP_LEASE_RENEW_MS
