@@ -57,6 +57,25 @@ def test_a_config_of_paths_travels_to_spark_executors(tmp_path: Path) -> None:
     assert pickle.loads(pickle.dumps(task)).tls == tls
 
 
+def test_a_spark_task_passes_its_tls_and_token_to_its_member(monkeypatch: pytest.MonkeyPatch) -> None:
+    from regroup.client import spark
+
+    made: dict[str, Any] = {}
+
+    class Member:
+        def __init__(self, target: str, **kwargs: Any) -> None:
+            made.update(kwargs, target=target)
+            raise RuntimeError("stop here")
+
+    monkeypatch.setattr(spark, "SyncGroupMember", Member)
+    tls = TlsConfig(ca=b"ca")
+    task = MemberTask("127.0.0.1:1", "g", ["t"], list, _sink, {}, tls=tls, token="s3cret")
+    with pytest.raises(RuntimeError, match="stop here"):
+        task(0, 0)
+    assert (made["target"], made["tls"], made["token"]) == ("127.0.0.1:1", tls, "s3cret")
+    assert pickle.loads(pickle.dumps(task)).token == "s3cret"
+
+
 async def test_tls_beside_a_channel_factory_is_refused() -> None:
     tls = TlsConfig()
     with pytest.raises(ValueError, match="tls= or channel_factory="):

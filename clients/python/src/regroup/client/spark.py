@@ -264,7 +264,8 @@ class MemberTask:
     Everything here is pickled to the executors: give factories, not open
     connections. `partitions` and `end_offset` say when the job is complete:
     every partition committed at its end. `tls` makes the members' channels TLS
-    ones; the files it names are read on the executors (PEM bytes travel with it)."""
+    ones; the files it names are read on the executors (PEM bytes travel with it).
+    `token` is the bearer token sent with every call (access control)."""
 
     target: str
     group_id: str
@@ -277,11 +278,14 @@ class MemberTask:
     static: bool = False
     options: MemberOptions = field(default_factory=MemberOptions)
     tls: TlsConfig | None = None
+    token: str | None = None
 
     def __call__(self, index: int, attempt: int) -> dict[str, Any]:
         sink = self.make_sink(index, attempt)
         processor = PartitionProcessor(self.make_source(), sink, mode=self.mode, batch_size=self.batch_size)
-        with SyncGroupMember(self.target, listener=processor, options=self.options, tls=self.tls) as member:
+        with SyncGroupMember(
+            self.target, listener=processor, options=self.options, tls=self.tls, token=self.token
+        ) as member:
             member.join(
                 self.group_id,
                 topics=self.topics,
