@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import structlog
 import yaml
 
 from .authz import AclEntry, AclError, Authorizer
+from .filewatch import file_signature
 
 log = structlog.get_logger("regroup")
 
@@ -144,14 +144,6 @@ def load_tokens(path: Path) -> Tokens:
     return Tokens(tuple(entries))
 
 
-def _signature(path: Path) -> tuple[int, int, int, int] | None:
-    try:
-        st = os.stat(path)  # follows symlinks, as a mounted ConfigMap's are swapped
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-
-
 class WatchedFile(Generic[T]):
     """`load(path)` at construction (raising AccessFileError), then again whenever the
     path leads to a changed file, looked at no more than once a `check_interval_s`."""
@@ -170,7 +162,7 @@ class WatchedFile(Generic[T]):
         self._load = load
         self._clock = clock
         self._interval_s = check_interval_s
-        seen = _signature(path)
+        seen = file_signature(path)
         self._current = load(path)
         self._seen = seen
         self._checked_at = clock()
@@ -188,7 +180,7 @@ class WatchedFile(Generic[T]):
         return self._current
 
     def _check(self) -> None:
-        seen = _signature(self.path)
+        seen = file_signature(self.path)
         if seen == self._seen:
             return
         self._seen = seen  # a refused content is not tried again until the file changes

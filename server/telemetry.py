@@ -61,17 +61,18 @@ class Gauges:
 
 
 class Metrics:
-    """Every instrument of the server. Recording is a counter add or a histogram record:
-    a few microseconds, measured against a heartbeat that changes nothing in bench/."""
+    """Every instrument of the server. What a heartbeat records (its duration, its outcome)
+    is kept in plain Python state and read at each collection; the rest goes through the
+    SDK's instruments (bench/steady.py --metrics measures the difference on and off)."""
 
-    def __init__(self, meter: Meter | None = None) -> None:
+    def __init__(self, meter: Meter | None = None, rpc_durations: RpcDurations | None = None) -> None:
         meter = meter or otel_metrics.NoOpMeter(SCOPE)
         self.meter = meter
         #: rpc.server.duration, aggregated here: the SDK's Histogram.record costs 8 - 20 us a
         #: call (it cleans and hashes the five attributes each time), which measured 7 - 10% of
         #: a heartbeat that changes nothing; a bucket index and four additions cost about 1 us.
         #: The readers that `start_metrics` makes add it to every collection (`RpcDurations`).
-        self.rpc_durations = RpcDurations()
+        self.rpc_durations = rpc_durations or RpcDurations()
         #: Heartbeats answered that wrote nothing, and that wrote: plain integers on the hot
         #: path (a counter's add costs about 5 us in the SDK, a tenth of what regroup itself
         #: spends on such a heartbeat), read by an observable counter at each collection.
@@ -436,8 +437,7 @@ def start_metrics(listen: str, replica_id: str, environ: Mapping[str, str] = os.
     provider = MeterProvider(
         resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
     )
-    metrics = Metrics(provider.get_meter(SCOPE))
-    metrics.rpc_durations = durations
+    metrics = Metrics(provider.get_meter(SCOPE), durations)
     return MetricsRuntime(metrics, provider, http, thread, port)
 
 

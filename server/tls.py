@@ -21,7 +21,6 @@ match the certificate, is a `CertificateError` naming the setting.
 from __future__ import annotations
 
 import hashlib
-import os
 import ssl
 import threading
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 
 import grpc
 import structlog
+
+from .filewatch import FileSignature, file_signature
 
 log = structlog.get_logger("regroup")
 
@@ -46,7 +47,7 @@ _PEM_CERT = b"-----BEGIN CERTIFICATE-----"
 
 #: What identifies the content behind a path without reading it: a symlink swap or
 #: a rename changes the inode, a rewrite in place the size or the modification time.
-Signature = tuple[tuple[int, int, int, int] | None, ...]
+Signature = tuple[FileSignature, ...]
 
 
 class CertificateError(ValueError):
@@ -106,15 +107,7 @@ def _first_certificate(pem: bytes) -> bytes:
 
 def signature(paths: TlsPaths) -> Signature:
     """What the paths point at now (None for a path that does not exist)."""
-    found: list[tuple[int, int, int, int] | None] = []
-    for _, path in paths.named():
-        try:
-            st = os.stat(path)  # follows symlinks: the file the path leads to now
-        except OSError:
-            found.append(None)
-        else:
-            found.append((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
-    return tuple(found)
+    return tuple(file_signature(path) for _, path in paths.named())
 
 
 def _read(setting: str, path: Path) -> bytes:

@@ -48,10 +48,10 @@ from .shards import ShardTable
 from .store import Fence, GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
 from .storewatch import StoreWatch
 from .telemetry import Metrics
+from .timers import TimerKey, TimerQueue
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
-from .timers import TimerKey, TimerQueue
 
 T = TypeVar("T")
 Operation = Callable[[Group | None, Context], Result[T]]
@@ -362,11 +362,8 @@ class GroupWriter:
                 # Stored but not applicable: a bug. Reload from the store next time.
                 self._mark_stale(group_id, WriteInDoubt.of(result.records))
                 raise
-            if replayed is None:
-                self.groups.pop(group_id, None)
-                self._connect_images.pop(group_id, None)
-                self.assigner.forget((group_id,))
-                self._unsettled.pop(group_id, None)
+            if replayed is None:  # deleted
+                self._forget(group_id)
             else:
                 self.groups[group_id] = replayed
                 self.assigner.observe(group_id, replayed, result.records)

@@ -71,8 +71,7 @@ def test_rpc_durations_reach_a_reader_as_the_sdk_would_aggregate_them() -> None:
     sdk_reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader, sdk_reader])
     reference = provider.get_meter("reference").create_histogram("reference", unit="ms")
-    metrics = Metrics(provider.get_meter("regroup.server"))  # the scope the durations join
-    metrics.rpc_durations = durations
+    Metrics(provider.get_meter("regroup.server"), durations)  # the scope the durations join
     for ms in values:
         durations.record(key, ms)
         reference.record(ms, {"k": "v"})
