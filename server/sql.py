@@ -129,13 +129,15 @@ LISTEN_LOST = ""
 #: they are held at, $6 shards to release, $7 shards to acquire: one statement per period.
 LEASE_ROUND = "SELECT regroup_lease_round($1, $2, $3, $4::int[], $5::bigint[], $6::int[], $7::int[])"
 #: $1 the shard count a first start proposes; the stored one wins afterwards.
+# The stored shard count, or $1 when none is stored yet. DO UPDATE (to the same value)
+# rather than DO NOTHING plus a read: when replicas start together, one waits for the
+# other's insert and then conflicts, and a read in the same statement could not see the
+# row (its snapshot predates that commit) and returned nothing; DO UPDATE locks and returns
+# the committed row.
 SHARD_COUNT = """
-WITH proposed AS (
-    INSERT INTO cluster_settings (key, value) VALUES ('shards', $1::text)
-    ON CONFLICT (key) DO NOTHING RETURNING value
-)
-SELECT value FROM proposed UNION ALL SELECT value FROM cluster_settings WHERE key = 'shards'
-LIMIT 1
+INSERT INTO cluster_settings (key, value) VALUES ('shards', $1::text)
+ON CONFLICT (key) DO UPDATE SET value = cluster_settings.value
+RETURNING value
 """
 
 # -- loading groups: every group, one ($1 group id), or some ($1 group ids) ------

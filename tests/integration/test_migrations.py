@@ -64,6 +64,32 @@ async def test_the_first_migration_fixes_the_shard_count(postgres: EmbeddedPostg
         await conn.close()
 
 
+async def test_replicas_fixing_the_shard_count_together_all_read_the_first_ones(
+    postgres: EmbeddedPostgres,
+) -> None:
+    """Two replicas starting together: the second's statement waits for the first's insert,
+    then conflicts, and must return the committed count (it returned nothing before, and the
+    replica failed to start; the chaos test's simultaneous starts found it)."""
+    from regroup.server import sql
+
+    dsn = await postgres.migrated_database()
+    first, second = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    try:
+        await first.execute("DELETE FROM cluster_settings WHERE key = 'shards'")  # as never started
+        transaction = first.transaction()
+        await transaction.start()
+        assert await first.fetchval(sql.SHARD_COUNT, "16") == "16"
+        waiting = asyncio.create_task(second.fetchval(sql.SHARD_COUNT, "64"))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # blocked on the first's uncommitted row
+        await transaction.commit()
+        assert await asyncio.wait_for(waiting, 10) == "16"
+        assert await second.fetchval(sql.SHARD_COUNT, "128") == "16"
+    finally:
+        await first.close()
+        await second.close()
+
+
 async def test_an_edited_migration_is_refused(postgres: EmbeddedPostgres, tmp_path: Path) -> None:
     dsn = await postgres.empty_database()
     for path in (ROOT / "migrations").glob("*.sql"):
