@@ -41,6 +41,8 @@ class ErrorCode(IntEnum):
     INVALID_ASSIGNMENT = 1001
     OFFSET_METADATA_TOO_LARGE = 12
     PARTITION_NOT_OWNED = 1002
+    #: A MemberStream refused a heartbeat item at one of its limits (nothing was done).
+    STREAM_LIMIT_REACHED = 1003
     #: One result alone is larger than a response may be (answered without its largest part).
     MESSAGE_TOO_LARGE = 10
     TOPIC_AUTHORIZATION_FAILED = 29

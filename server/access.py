@@ -101,6 +101,8 @@ RULES: dict[tuple[str, str], Rule] = {
         "member", "group", "request", subscription=True
     ),
     ("regroup.v1.GroupCoordinator", "ConnectGroupHeartbeat"): Rule("member", "group", "request"),
+    # Each heartbeat of the stream is checked with its unary RPC's rule (server/service.py).
+    ("regroup.v1.GroupCoordinator", "MemberStream"): Rule("member", "group", "items"),
     ("regroup.v1.GroupCoordinator", "PrepareAssignment"): Rule("member", "group", "request"),
     ("regroup.v1.GroupCoordinator", "InstallAssignment"): Rule("member", "group", "request"),
     ("regroup.v1.GroupCoordinator", "OffsetCommit"): Rule(

@@ -30,6 +30,7 @@ from .runtime import Coordinator
 from .service import GroupAdminService, GroupCoordinatorService
 from .store import PostgresStore, StoreUnavailable
 from .storewatch import StoreWatch
+from .streams import StreamClosed, StreamHub, StreamLimits
 from .telemetry import MetricsRuntime, on_loop, start_metrics, start_tracing
 from .tls import CertificateError, CertificateFiles, server_credentials
 
@@ -166,6 +167,9 @@ class RegroupServer:
         """The Prometheus endpoint's port (0 when there is none)."""
         return 0 if self._metrics is None else self._metrics.port
 
+    #: The member streams (GroupCoordinator.MemberStream) open now.
+    streams: StreamHub | None = None
+
     #: The TLS files served (None: plain text), re-read when they change.
     tls: CertificateFiles | None = None
 
@@ -228,8 +232,18 @@ class RegroupServer:
         self._forwarder = Forwarder(
             self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit, tls=self.tls
         )
+        self.streams = StreamHub(
+            StreamLimits(
+                max_batch=self.settings.stream_max_batch,
+                max_members=self.settings.stream_max_members,
+                max_pending=self.settings.stream_max_pending,
+            )
+        )
         coordinator_pb2_grpc.add_GroupCoordinatorServicer_to_server(
-            GroupCoordinatorService(self.coordinator, self._forwarder, access=self.access), server
+            GroupCoordinatorService(
+                self.coordinator, self._forwarder, access=self.access, streams=self.streams
+            ),
+            server,
         )
         admin = GroupAdminService(
             self.coordinator, max_message_bytes=limit, forwarder=self._forwarder, access=self.access
@@ -319,6 +333,12 @@ class RegroupServer:
             # here finds its write fenced and is answered NOT_COORDINATOR).
             await coordinator.release_shards()
         widener, self._widener = self._widener, None
+        if self.streams is not None:
+            # Streams last as long as their clients: end them now (their members go on
+            # with unary heartbeats, which reach the replicas that took the shards over).
+            self.streams.close_all(
+                StreamClosed(grpc.StatusCode.UNAVAILABLE, "The server is stopping: reopen the stream.")
+            )
         if server is not None:
             await server.stop(self.settings.shutdown_grace_s)
         health_server, self._health_server = self._health_server, None

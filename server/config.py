@@ -83,6 +83,12 @@ class Settings:
     #: bearer tokens' hashes, JSON or YAML files re-read when they change.
     acl_file: Path | None = None
     tokens_file: Path | None = None
+    #: Member streams (GroupCoordinator.MemberStream): the most heartbeats one message may
+    #: carry, the most members one stream may carry, and the most answers that may wait for
+    #: a client to read them before its stream is closed (RESOURCE_EXHAUSTED).
+    stream_max_batch: int = 1_000
+    stream_max_members: int = 10_000
+    stream_max_pending: int = 20_000
 
     def check_access_files(self) -> None:
         """ConfigError naming the file and the entry when the ACL or tokens file does not load."""
@@ -145,6 +151,9 @@ _ENV = {
     "tls_ca": "REGROUP_TLS_CA",
     "acl_file": ACL_FILE,
     "tokens_file": TOKENS_FILE,
+    "stream_max_batch": "REGROUP_STREAM_MAX_BATCH",
+    "stream_max_members": "REGROUP_STREAM_MAX_MEMBERS",
+    "stream_max_pending": "REGROUP_STREAM_MAX_PENDING",
 }
 
 #: The most shards a database may be split into.
@@ -253,6 +262,9 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         tls_ca=tls.ca if tls is not None else None,
         acl_file=Path(raw["acl_file"]) if "acl_file" in raw else None,
         tokens_file=Path(raw["tokens_file"]) if "tokens_file" in raw else None,
+        stream_max_batch=_int(raw, "stream_max_batch", defaults.stream_max_batch, 1),
+        stream_max_members=_int(raw, "stream_max_members", defaults.stream_max_members, 1),
+        stream_max_pending=_int(raw, "stream_max_pending", defaults.stream_max_pending, 1),
     )
     settings.check_access_files()  # a wrong file stops the start with its name and entry
     return settings

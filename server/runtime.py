@@ -295,6 +295,18 @@ class Coordinator:
         except CoordinatorNotAvailable as e:
             raise self._renewing_session(req, e) from e
 
+    def answer_heartbeat_now(self, req: ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeatResponse | None:
+        """The answer to a heartbeat that changes nothing, given without awaiting; None
+        for any other heartbeat (nothing was done: `consumer_group_heartbeat` serves it)."""
+        if req.member_epoch <= 0:
+            return None  # joins and leaves write
+
+        def op(group: Group | None, ctx: Context) -> Result[ConsumerGroupHeartbeatResponse]:
+            return consumer_group_heartbeat(group, req, ctx)
+
+        result = self.writer.answer_now(req.group_id, op, cause="heartbeat", group_type=req.group_type)
+        return None if result is None else result.response
+
     def _renewing_session(
         self, req: ConsumerGroupHeartbeat, refusal: CoordinatorNotAvailable
     ) -> CoordinatorNotAvailable:

@@ -31,6 +31,7 @@ from .access import Access, Caller, Rule, Unauthenticated
 from .authz import Operation, ResourceType
 from .forwarding import NOT_COORDINATOR, Forwarder, client_host
 from .runtime import Coordinator
+from .streams import MemberKey, StreamClosed, StreamHub, StreamSession, refusal, run_stream
 from .telemetry import Metrics
 from .topicadmin import TopicOutcome
 
@@ -200,11 +201,18 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
     SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].full_name
 
     def __init__(
-        self, coordinator: Coordinator, forwarder: Forwarder | None = None, *, access: Access | None = None
+        self,
+        coordinator: Coordinator,
+        forwarder: Forwarder | None = None,
+        *,
+        access: Access | None = None,
+        streams: StreamHub | None = None,
     ) -> None:
         self._coordinator = coordinator
         self._forwarder = forwarder
         self._access = access or Access()
+        self.streams = streams or StreamHub()
+        coordinator.writer.on_written = self.streams.written
 
     @internal_errors
     async def FindCoordinator(
@@ -260,6 +268,183 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
                 **_heartbeat_error_fields(e, request.member_id)
             )
         return mapping.connect_heartbeat_to_pb(response)
+
+    async def MemberStream(self, request_iterator: Any, context: Ctx) -> None:  # type: ignore[override]
+        """Heartbeats of many members in batches, answered as the unary RPCs answer
+        them, and nudges (server/streams.py; the protocol in coordinator.proto)."""
+        gate = self._access
+        caller: Caller | None = None
+        refused_all: ApiError | None = None
+        if gate.enabled:
+            try:
+                caller = gate.caller(context)
+            except Unauthenticated as e:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+            except ApiError as e:  # an untrusted claim to be a replica: every item is refused
+                refused_all = e
+
+        def serve(session: StreamSession, item: coordinator_pb2.StreamHeartbeat) -> None:
+            self._serve_stream_item(session, item, context, caller, refused_all)
+
+        await run_stream(self.streams, request_iterator, context, serve)
+
+    def _serve_stream_item(
+        self,
+        session: StreamSession,
+        item: coordinator_pb2.StreamHeartbeat,
+        context: Ctx,
+        caller: Caller | None,
+        refused_all: ApiError | None,
+    ) -> None:
+        """Answers the item now when it changes nothing (no await, no task), else serves
+        it in a task; the stream's own refusals (limits, a malformed item) first."""
+        correlation_id = item.correlation_id
+        kind = item.WhichOneof("heartbeat")
+        if kind is None:
+            session.answer(
+                refusal(
+                    correlation_id,
+                    common_pb2.INVALID_REQUEST,
+                    "The item carries no heartbeat (consumer or connect).",
+                )
+            )
+            return
+        if correlation_id in session.in_flight:
+            session.answer(
+                refusal(
+                    correlation_id,
+                    common_pb2.INVALID_REQUEST,
+                    f"Correlation id {correlation_id} is already in use by a heartbeat not answered yet.",
+                )
+            )
+            return
+        request: Any = item.consumer if kind == "consumer" else item.connect
+        key = (request.group_id, request.member_id)
+        session.heard(key)
+        streams = self.streams
+        if request.member_epoch < 0:
+            streams.unregister(session, key)  # leaving: no more nudges
+        elif not streams.may_carry(session, key):
+            session.answer(
+                refusal(
+                    correlation_id,
+                    common_pb2.STREAM_LIMIT_REACHED,
+                    f"The stream carries {streams.limits.max_members} members already "
+                    "(REGROUP_STREAM_MAX_MEMBERS): send this member's heartbeats with the unary RPC "
+                    "or on another stream.",
+                )
+            )
+            return
+        if refused_all is None:
+            started = time.perf_counter()
+            response = self._answer_now(kind, request, caller)
+            if response is not None:
+                self._coordinator.writer.metrics.rpc(
+                    self.SERVICE, _HEARTBEAT_RPC[kind], started, response.error_code
+                )
+                self._stream_answered(session, correlation_id, kind, key, response)
+                return
+        session.in_flight.add(correlation_id)
+        task = asyncio.get_running_loop().create_task(
+            self._serve_later(session, correlation_id, kind, key, request, context, caller, refused_all)
+        )
+        session.tasks.add(task)
+        task.add_done_callback(session.tasks.discard)
+
+    def _answer_now(self, kind: str, request: Any, caller: Caller | None) -> Any | None:
+        """The heartbeat's answer when it changes nothing and is allowed; None otherwise
+        (then nothing was done). With traces on, every heartbeat gets its span instead."""
+        coordinator = self._coordinator
+        if request.member_epoch <= 0 or coordinator.writer.tracer is not None:
+            return None
+        if caller is not None:
+            rule = access.RULES[(self.SERVICE, _HEARTBEAT_RPC[kind])]
+            if _request_refusal(rule, caller, request, coordinator) is not None:
+                return None  # refused as the unary RPC refuses, in `_serve_later`
+        if kind == "consumer":
+            response = coordinator.answer_heartbeat_now(mapping.heartbeat_from_pb(request, ""))
+            return None if response is None else mapping.heartbeat_to_pb(response, coordinator.image)
+        response = coordinator.answer_heartbeat_now(mapping.connect_heartbeat_from_pb(request, ""))
+        return None if response is None else mapping.connect_heartbeat_to_pb(response)
+
+    async def _serve_later(
+        self,
+        session: StreamSession,
+        correlation_id: int,
+        kind: str,
+        key: MemberKey,
+        request: Any,
+        context: Ctx,
+        caller: Caller | None,
+        refused_all: ApiError | None,
+    ) -> None:
+        """Serves the item as its unary RPC would (access, the heartbeat, forwarding,
+        metrics, its span); a bug ends the stream with INTERNAL."""
+        name = _HEARTBEAT_RPC[kind]
+        started = time.perf_counter()
+        metrics = self._coordinator.writer.metrics
+        try:
+            response = await self._stream_heartbeat(name, request, context, caller, refused_all)
+        except asyncio.CancelledError:
+            metrics.rpc(self.SERVICE, name, started, 0, "CANCELLED")
+            raise
+        except Exception as e:
+            log.exception("internal_error", rpc=name, stream=True)
+            metrics.rpc(self.SERVICE, name, started, 0, "INTERNAL")
+            session.fail(StreamClosed(grpc.StatusCode.INTERNAL, f"Internal error in {name}: {e!r}"))
+            return
+        finally:
+            session.in_flight.discard(correlation_id)
+        metrics.rpc(self.SERVICE, name, started, response.error_code)
+        self._stream_answered(session, correlation_id, kind, key, response)
+
+    async def _stream_heartbeat(
+        self, name: str, request: Any, context: Ctx, caller: Caller | None, refused_all: ApiError | None
+    ) -> Any:
+        response_type = _HEARTBEAT_RESPONSE[name]
+        if refused_all is not None:
+            return response_type(member_id=request.member_id, **_error_fields(refused_all))
+        token = None
+        if caller is not None:
+            refused = _request_refusal(access.RULES[(self.SERVICE, name)], caller, request, self._coordinator)
+            if refused is not None:
+                return response_type(member_id=request.member_id, **_error_fields(refused))
+            token = access.enter(caller)
+        # The unary handler as `forwardable` wraps it (`internal_errors` is the stream's).
+        handler = getattr(type(self), name).__wrapped__
+        try:
+            tracer = self._coordinator.writer.tracer
+            if tracer is None:
+                return await handler(self, request, context)
+            with tracer.start_as_current_span(
+                f"{self.SERVICE}/{name}",
+                context=propagate.extract(dict(context.invocation_metadata() or ())),
+                kind=SpanKind.SERVER,
+                attributes={**_span_attributes(self.SERVICE, name, request), "regroup.stream": True},
+            ) as span:
+                response = await handler(self, request, context)
+                span.set_attribute("regroup.error_code", int(response.error_code))
+                span.set_attribute("regroup.response.member_epoch", response.member_epoch)
+                return response
+        finally:
+            if token is not None:
+                access.leave(token)
+
+    def _stream_answered(
+        self, session: StreamSession, correlation_id: int, kind: str, key: MemberKey, response: Any
+    ) -> None:
+        """Queues the answer; the member's later changes are pushed to this stream while
+        it is in the group (a served heartbeat), not once it left or was refused."""
+        code = response.error_code
+        if code in _KEEPS_MEMBER and response.member_epoch >= 0 and response.member_id:
+            if key[1] != response.member_id:  # a join without an id: the id generated
+                key = (key[0], response.member_id)
+            self.streams.register(session, key)
+        elif code in _DROPS_MEMBER or response.member_epoch < 0:
+            self.streams.unregister(session, key)
+        answer = coordinator_pb2.StreamHeartbeatResponse(correlation_id=correlation_id)
+        getattr(answer, kind).CopyFrom(response)
+        session.answer(answer)
 
     @internal_errors
     @forwardable
@@ -720,6 +905,18 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
             return admin_pb2.PutConnectorsResponse(**_error_fields(e))
         return admin_pb2.PutConnectorsResponse(group_epoch=epoch)
 
+
+#: The unary RPC, and its response type, of each kind of stream heartbeat.
+_HEARTBEAT_RPC = {"consumer": "ConsumerGroupHeartbeat", "connect": "ConnectGroupHeartbeat"}
+_HEARTBEAT_RESPONSE: dict[str, Any] = {
+    "ConsumerGroupHeartbeat": coordinator_pb2.ConsumerGroupHeartbeatResponse,
+    "ConnectGroupHeartbeat": coordinator_pb2.ConnectGroupHeartbeatResponse,
+}
+#: Answers after which a member is in the group (its changes are pushed), or is not.
+_KEEPS_MEMBER = frozenset({common_pb2.NONE, common_pb2.COMPUTE_ASSIGNMENT})
+_DROPS_MEMBER = frozenset(
+    {common_pb2.UNKNOWN_MEMBER_ID, common_pb2.FENCED_MEMBER_EPOCH, common_pb2.GROUP_ID_NOT_FOUND}
+)
 
 Item = TypeVar("Item")
 Out = TypeVar("Out")

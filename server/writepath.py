@@ -146,6 +146,9 @@ class GroupWriter:
         self._unsettled: dict[str, int] = {}
         #: Big groups whose Stable check waits (at most one check per STABLE_CHECK_MS each).
         self._stable_checks: dict[str, asyncio.TimerHandle] = {}
+        #: Told of every change stored and replayed (the group after it, None once deleted):
+        #: member streams nudge the members it concerns (server/streams.py).
+        self.on_written: Callable[[str, Group | None, Sequence[Record]], None] | None = None
 
     async def load_topics(self) -> None:
         """Loads every topic from the store."""
@@ -279,6 +282,30 @@ class GroupWriter:
         finally:
             self._locks.give_back(group_id)
 
+    def answer_now(
+        self, group_id: str, op: Operation[T], *, cause: str, group_type: str | None = None
+    ) -> Result[T] | None:
+        """`run`'s answer when it comes without awaiting: the group is idle and current,
+        this replica serves it, and `op` succeeds without records (a heartbeat that
+        changes nothing), as the operation's result. None otherwise, with nothing done: the caller then
+        runs the operation through `run` (member streams answer most heartbeats of a
+        batch here, and only the others in tasks of their own)."""
+        if not self._locks.idle(group_id) or group_id in self._stale:
+            return None
+        try:
+            self.shards.fence(group_id, self.clock.monotonic_ms())
+            group = self.groups.get(group_id)
+            ctx = self.context(group_id, group, group_type, "")
+            outcome = op(group, ctx)
+        except ApiError:
+            return None  # answered by `run`, which refuses alike
+        if not isinstance(outcome, Result) or outcome.records:
+            return None
+        self.apply_timers(group_id, outcome.timers, ctx.now_ms)
+        if cause in HEARTBEAT_CAUSES:
+            self.metrics.heartbeat(written=False)
+        return outcome
+
     def _note_inline_computation(self, records: Sequence[Record], started: float) -> None:
         """A target computed within the operation (not by the worker process): the
         operation's time is the figure, the computation being nearly all of it. With
@@ -371,6 +398,8 @@ class GroupWriter:
                     self._unsettled.setdefault(group_id, self.clock.wall_ms())
                 if group_id in self._unsettled:
                     self._check_stable(group_id)
+            if self.on_written is not None:
+                self.on_written(group_id, replayed, result.records)
         self.apply_timers(group_id, result.timers, op_now_ms)
         return result.response
 

@@ -86,6 +86,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The member does not own this partition at its current epoch: only the
     current owner may commit its offset (a former owner is a zombie).
     """
+    STREAM_LIMIT_REACHED: _ErrorCode.ValueType  # 1003
+    """regroup: a MemberStream refused a heartbeat item because the stream is at
+    one of its limits (StreamLimits); nothing was done: send it again with the
+    unary RPC.
+    """
     MESSAGE_TOO_LARGE: _ErrorCode.ValueType  # 10
     """One result is larger than a response may be (the server's
     max_message_bytes): it is answered without its largest part, which the
@@ -174,6 +179,11 @@ OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 12
 PARTITION_NOT_OWNED: ErrorCode.ValueType  # 1002
 """The member does not own this partition at its current epoch: only the
 current owner may commit its offset (a former owner is a zombie).
+"""
+STREAM_LIMIT_REACHED: ErrorCode.ValueType  # 1003
+"""regroup: a MemberStream refused a heartbeat item because the stream is at
+one of its limits (StreamLimits); nothing was done: send it again with the
+unary RPC.
 """
 MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
 """One result is larger than a response may be (the server's

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from regroup.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -18,6 +19,44 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _NudgeReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _NudgeReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_NudgeReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    NUDGE_REASON_UNSPECIFIED: _NudgeReason.ValueType  # 0
+    NUDGE_REASON_TARGET_CHANGED: _NudgeReason.ValueType  # 1
+    """The group's target assignment moved past the member's epoch."""
+    NUDGE_REASON_PARTITIONS_RELEASED: _NudgeReason.ValueType  # 2
+    """Partitions (or connectors and tasks) the member waits for were released."""
+    NUDGE_REASON_COMPUTE_ASSIGNMENT: _NudgeReason.ValueType  # 3
+    """The member was chosen to compute the group's client-side assignment."""
+    NUDGE_REASON_GROUP_DELETED: _NudgeReason.ValueType  # 4
+    """The group was deleted."""
+    NUDGE_REASON_MEMBER_REMOVED: _NudgeReason.ValueType  # 5
+    """The member is no longer in the group (session or rebalance timeout,
+    replaced static member): its heartbeat will be refused and it rejoins.
+    """
+
+class NudgeReason(_NudgeReason, metaclass=_NudgeReasonEnumTypeWrapper):
+    """Why a member is nudged (informational: the reaction is always a heartbeat)."""
+
+NUDGE_REASON_UNSPECIFIED: NudgeReason.ValueType  # 0
+NUDGE_REASON_TARGET_CHANGED: NudgeReason.ValueType  # 1
+"""The group's target assignment moved past the member's epoch."""
+NUDGE_REASON_PARTITIONS_RELEASED: NudgeReason.ValueType  # 2
+"""Partitions (or connectors and tasks) the member waits for were released."""
+NUDGE_REASON_COMPUTE_ASSIGNMENT: NudgeReason.ValueType  # 3
+"""The member was chosen to compute the group's client-side assignment."""
+NUDGE_REASON_GROUP_DELETED: NudgeReason.ValueType  # 4
+"""The group was deleted."""
+NUDGE_REASON_MEMBER_REMOVED: NudgeReason.ValueType  # 5
+"""The member is no longer in the group (session or rebalance timeout,
+replaced static member): its heartbeat will be refused and it rejoins.
+"""
+Global___NudgeReason: _TypeAlias = NudgeReason  # noqa: Y015
 
 @_typing.final
 class FindCoordinatorRequest(_message.Message):
@@ -1010,3 +1049,186 @@ class OffsetFetchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OffsetFetchResponse: _TypeAlias = OffsetFetchResponse  # noqa: Y015
+
+@_typing.final
+class MemberStreamRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEARTBEATS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def heartbeats(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamHeartbeat]:
+        """At most StreamLimits.max_batch heartbeats."""
+
+    def __init__(
+        self,
+        *,
+        heartbeats: _abc.Iterable[Global___StreamHeartbeat] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeats", b"heartbeats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemberStreamRequest: _TypeAlias = MemberStreamRequest  # noqa: Y015
+
+@_typing.final
+class StreamHeartbeat(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
+    CONSUMER_FIELD_NUMBER: _builtins.int
+    CONNECT_FIELD_NUMBER: _builtins.int
+    correlation_id: _builtins.int
+    """Chosen by the client; echoed in the answer."""
+    @_builtins.property
+    def consumer(self) -> Global___ConsumerGroupHeartbeatRequest: ...
+    @_builtins.property
+    def connect(self) -> Global___ConnectGroupHeartbeatRequest: ...
+    def __init__(
+        self,
+        *,
+        correlation_id: _builtins.int = ...,
+        consumer: Global___ConsumerGroupHeartbeatRequest | None = ...,
+        connect: Global___ConnectGroupHeartbeatRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["connect", b"connect", "consumer", b"consumer", "heartbeat", b"heartbeat"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connect", b"connect", "consumer", b"consumer", "correlation_id", b"correlation_id", "heartbeat", b"heartbeat"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_heartbeat: _TypeAlias = _typing.Literal["consumer", "connect"]  # noqa: Y015
+    _WhichOneofArgType_heartbeat: _TypeAlias = _typing.Literal["heartbeat", b"heartbeat"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_heartbeat) -> _WhichOneofReturnType_heartbeat | None: ...
+
+Global___StreamHeartbeat: _TypeAlias = StreamHeartbeat  # noqa: Y015
+
+@_typing.final
+class MemberStreamResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSES_FIELD_NUMBER: _builtins.int
+    NUDGES_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamHeartbeatResponse]:
+        """Answers to heartbeats of earlier requests, in any order."""
+
+    @_builtins.property
+    def nudges(self) -> _containers.RepeatedCompositeFieldContainer[Global___Nudge]:
+        """Members that should heartbeat now."""
+
+    @_builtins.property
+    def limits(self) -> Global___StreamLimits:
+        """Set in the first message of the stream only."""
+
+    def __init__(
+        self,
+        *,
+        responses: _abc.Iterable[Global___StreamHeartbeatResponse] | None = ...,
+        nudges: _abc.Iterable[Global___Nudge] | None = ...,
+        limits: Global___StreamLimits | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "nudges", b"nudges", "responses", b"responses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemberStreamResponse: _TypeAlias = MemberStreamResponse  # noqa: Y015
+
+@_typing.final
+class StreamHeartbeatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONSUMER_FIELD_NUMBER: _builtins.int
+    CONNECT_FIELD_NUMBER: _builtins.int
+    correlation_id: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    """Set only when the stream refused the item itself (then no response is
+    set and nothing was done): STREAM_LIMIT_REACHED or INVALID_REQUEST.
+    """
+    error_message: _builtins.str
+    @_builtins.property
+    def consumer(self) -> Global___ConsumerGroupHeartbeatResponse: ...
+    @_builtins.property
+    def connect(self) -> Global___ConnectGroupHeartbeatResponse: ...
+    def __init__(
+        self,
+        *,
+        correlation_id: _builtins.int = ...,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        consumer: Global___ConsumerGroupHeartbeatResponse | None = ...,
+        connect: Global___ConnectGroupHeartbeatResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["connect", b"connect", "consumer", b"consumer", "response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["connect", b"connect", "consumer", b"consumer", "correlation_id", b"correlation_id", "error_code", b"error_code", "error_message", b"error_message", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_response: _TypeAlias = _typing.Literal["consumer", "connect"]  # noqa: Y015
+    _WhichOneofArgType_response: _TypeAlias = _typing.Literal["response", b"response"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_response) -> _WhichOneofReturnType_response | None: ...
+
+Global___StreamHeartbeatResponse: _TypeAlias = StreamHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class Nudge(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    reason: Global___NudgeReason.ValueType
+    group_epoch: _builtins.int
+    """The group epoch when the nudge was sent."""
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        reason: Global___NudgeReason.ValueType = ...,
+        group_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_epoch", b"group_epoch", "group_id", b"group_id", "member_id", b"member_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Nudge: _TypeAlias = Nudge  # noqa: Y015
+
+@_typing.final
+class StreamLimits(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_BATCH_FIELD_NUMBER: _builtins.int
+    MAX_MEMBERS_FIELD_NUMBER: _builtins.int
+    MAX_PENDING_FIELD_NUMBER: _builtins.int
+    max_batch: _builtins.int
+    """The most heartbeats one MemberStreamRequest may carry."""
+    max_members: _builtins.int
+    """The most members one stream may carry (a heartbeat of one more member is
+    answered STREAM_LIMIT_REACHED).
+    """
+    max_pending: _builtins.int
+    """The most answers that may wait for the client to read them."""
+    def __init__(
+        self,
+        *,
+        max_batch: _builtins.int = ...,
+        max_members: _builtins.int = ...,
+        max_pending: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_batch", b"max_batch", "max_members", b"max_members", "max_pending", b"max_pending"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamLimits: _TypeAlias = StreamLimits  # noqa: Y015

@@ -70,6 +70,11 @@ class GroupCoordinatorStub:
                 request_serializer=regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorRequest.SerializeToString,
                 response_deserializer=regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorResponse.FromString,
                 _registered_method=True)
+        self.MemberStream = channel.stream_stream(
+                '/regroup.v1.GroupCoordinator/MemberStream',
+                request_serializer=regroup_dot_v1_dot_coordinator__pb2.MemberStreamRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_coordinator__pb2.MemberStreamResponse.FromString,
+                _registered_method=True)
 
 
 class GroupCoordinatorServicer:
@@ -149,6 +154,50 @@ class GroupCoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MemberStream(self, request_iterator, context):
+        """One stream per client process and coordinator, carrying the heartbeats of
+        any number of members of any groups, and the coordinator's nudges.
+
+        Client messages: each MemberStreamRequest holds a batch of heartbeats, each
+        a ConsumerGroupHeartbeatRequest or a ConnectGroupHeartbeatRequest with a
+        correlation id the client chooses (unique among its heartbeats not yet
+        answered on this stream). A member sends one heartbeat at a time, as with
+        the unary RPCs.
+
+        Server messages: each MemberStreamResponse holds the answers ready by then
+        (in any order, each with its heartbeat's correlation id) and nudges. Each
+        answer is exactly what the unary RPC would have answered to the same
+        heartbeat at the same moment: same validation, error codes, records and
+        fencing; a member may switch between the stream and the unary RPCs at any
+        time. An item the stream itself refuses (STREAM_LIMIT_REACHED, or
+        INVALID_REQUEST for a missing heartbeat or a correlation id in use) is
+        answered with `error_code` set and no response: nothing was done, send
+        that heartbeat again with the unary RPC.
+
+        Nudges: while a member's heartbeats go through a stream, the coordinator
+        that owns its group sends it a Nudge as soon as something changed for it
+        (its target moved, partitions it waits for were released, it was chosen
+        to compute a client-side assignment, its group was deleted, it was removed).
+        A nudge carries no state: the member reacts by sending its next heartbeat
+        at once, and learns what changed from the answer. A nudge is sent once and
+        not again until the member's next heartbeat. Nudges cost no write, and
+        nothing depends on them: a member that misses one still learns the change
+        at its next regular heartbeat.
+
+        Session liveness is unchanged: an open stream keeps no member alive; only
+        its heartbeats do. The first server message carries the stream's limits
+        (StreamLimits). A stream whose answers the client does not read is closed
+        with RESOURCE_EXHAUSTED once `max_pending` answers wait; a stream closes
+        with the status of the failure otherwise (UNAVAILABLE when the server
+        stops). Heartbeats not answered when a stream ends may or may not have
+        been served: send them again with the unary RPC (full requests, as after
+        any lost answer), then reopen a stream after a backoff. A server without
+        this RPC answers UNIMPLEMENTED: use the unary RPCs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupCoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -186,6 +235,11 @@ def add_GroupCoordinatorServicer_to_server(servicer, server):
                     servicer.FindCoordinator,
                     request_deserializer=regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorRequest.FromString,
                     response_serializer=regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'MemberStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.MemberStream,
+                    request_deserializer=regroup_dot_v1_dot_coordinator__pb2.MemberStreamRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_coordinator__pb2.MemberStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -378,6 +432,33 @@ class GroupCoordinator:
             '/regroup.v1.GroupCoordinator/FindCoordinator',
             regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorRequest.SerializeToString,
             regroup_dot_v1_dot_coordinator__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MemberStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/regroup.v1.GroupCoordinator/MemberStream',
+            regroup_dot_v1_dot_coordinator__pb2.MemberStreamRequest.SerializeToString,
+            regroup_dot_v1_dot_coordinator__pb2.MemberStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

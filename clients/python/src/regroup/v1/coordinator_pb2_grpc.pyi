@@ -78,6 +78,46 @@ class GroupCoordinatorStub:
     COORDINATOR_NOT_AVAILABLE while no replica holds the shard (a takeover
     in progress): retry after a backoff.
     """
+    MemberStream: _grpc.StreamStreamMultiCallable[_coordinator_pb2.MemberStreamRequest, _coordinator_pb2.MemberStreamResponse]
+    """One stream per client process and coordinator, carrying the heartbeats of
+    any number of members of any groups, and the coordinator's nudges.
+
+    Client messages: each MemberStreamRequest holds a batch of heartbeats, each
+    a ConsumerGroupHeartbeatRequest or a ConnectGroupHeartbeatRequest with a
+    correlation id the client chooses (unique among its heartbeats not yet
+    answered on this stream). A member sends one heartbeat at a time, as with
+    the unary RPCs.
+
+    Server messages: each MemberStreamResponse holds the answers ready by then
+    (in any order, each with its heartbeat's correlation id) and nudges. Each
+    answer is exactly what the unary RPC would have answered to the same
+    heartbeat at the same moment: same validation, error codes, records and
+    fencing; a member may switch between the stream and the unary RPCs at any
+    time. An item the stream itself refuses (STREAM_LIMIT_REACHED, or
+    INVALID_REQUEST for a missing heartbeat or a correlation id in use) is
+    answered with `error_code` set and no response: nothing was done, send
+    that heartbeat again with the unary RPC.
+
+    Nudges: while a member's heartbeats go through a stream, the coordinator
+    that owns its group sends it a Nudge as soon as something changed for it
+    (its target moved, partitions it waits for were released, it was chosen
+    to compute a client-side assignment, its group was deleted, it was removed).
+    A nudge carries no state: the member reacts by sending its next heartbeat
+    at once, and learns what changed from the answer. A nudge is sent once and
+    not again until the member's next heartbeat. Nudges cost no write, and
+    nothing depends on them: a member that misses one still learns the change
+    at its next regular heartbeat.
+
+    Session liveness is unchanged: an open stream keeps no member alive; only
+    its heartbeats do. The first server message carries the stream's limits
+    (StreamLimits). A stream whose answers the client does not read is closed
+    with RESOURCE_EXHAUSTED once `max_pending` answers wait; a stream closes
+    with the status of the failure otherwise (UNAVAILABLE when the server
+    stops). Heartbeats not answered when a stream ends may or may not have
+    been served: send them again with the unary RPC (full requests, as after
+    any lost answer), then reopen a stream after a backoff. A server without
+    this RPC answers UNIMPLEMENTED: use the unary RPCs.
+    """
 
 @_typing.type_check_only
 class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
@@ -128,6 +168,46 @@ class GroupCoordinatorAsyncStub(GroupCoordinatorStub):
     forwards a group's calls to its owner, so talking to any one works too.
     COORDINATOR_NOT_AVAILABLE while no replica holds the shard (a takeover
     in progress): retry after a backoff.
+    """
+    MemberStream: _aio.StreamStreamMultiCallable[_coordinator_pb2.MemberStreamRequest, _coordinator_pb2.MemberStreamResponse]  # type: ignore[assignment]
+    """One stream per client process and coordinator, carrying the heartbeats of
+    any number of members of any groups, and the coordinator's nudges.
+
+    Client messages: each MemberStreamRequest holds a batch of heartbeats, each
+    a ConsumerGroupHeartbeatRequest or a ConnectGroupHeartbeatRequest with a
+    correlation id the client chooses (unique among its heartbeats not yet
+    answered on this stream). A member sends one heartbeat at a time, as with
+    the unary RPCs.
+
+    Server messages: each MemberStreamResponse holds the answers ready by then
+    (in any order, each with its heartbeat's correlation id) and nudges. Each
+    answer is exactly what the unary RPC would have answered to the same
+    heartbeat at the same moment: same validation, error codes, records and
+    fencing; a member may switch between the stream and the unary RPCs at any
+    time. An item the stream itself refuses (STREAM_LIMIT_REACHED, or
+    INVALID_REQUEST for a missing heartbeat or a correlation id in use) is
+    answered with `error_code` set and no response: nothing was done, send
+    that heartbeat again with the unary RPC.
+
+    Nudges: while a member's heartbeats go through a stream, the coordinator
+    that owns its group sends it a Nudge as soon as something changed for it
+    (its target moved, partitions it waits for were released, it was chosen
+    to compute a client-side assignment, its group was deleted, it was removed).
+    A nudge carries no state: the member reacts by sending its next heartbeat
+    at once, and learns what changed from the answer. A nudge is sent once and
+    not again until the member's next heartbeat. Nudges cost no write, and
+    nothing depends on them: a member that misses one still learns the change
+    at its next regular heartbeat.
+
+    Session liveness is unchanged: an open stream keeps no member alive; only
+    its heartbeats do. The first server message carries the stream's limits
+    (StreamLimits). A stream whose answers the client does not read is closed
+    with RESOURCE_EXHAUSTED once `max_pending` answers wait; a stream closes
+    with the status of the failure otherwise (UNAVAILABLE when the server
+    stops). Heartbeats not answered when a stream ends may or may not have
+    been served: send them again with the unary RPC (full requests, as after
+    any lost answer), then reopen a stream after a backoff. A server without
+    this RPC answers UNIMPLEMENTED: use the unary RPCs.
     """
 
 class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
@@ -218,6 +298,52 @@ class GroupCoordinatorServicer(metaclass=_abc_1.ABCMeta):
         forwards a group's calls to its owner, so talking to any one works too.
         COORDINATOR_NOT_AVAILABLE while no replica holds the shard (a takeover
         in progress): retry after a backoff.
+        """
+
+    @_abc_1.abstractmethod
+    def MemberStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_coordinator_pb2.MemberStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_coordinator_pb2.MemberStreamResponse], _abc.AsyncIterator[_coordinator_pb2.MemberStreamResponse]]:
+        """One stream per client process and coordinator, carrying the heartbeats of
+        any number of members of any groups, and the coordinator's nudges.
+
+        Client messages: each MemberStreamRequest holds a batch of heartbeats, each
+        a ConsumerGroupHeartbeatRequest or a ConnectGroupHeartbeatRequest with a
+        correlation id the client chooses (unique among its heartbeats not yet
+        answered on this stream). A member sends one heartbeat at a time, as with
+        the unary RPCs.
+
+        Server messages: each MemberStreamResponse holds the answers ready by then
+        (in any order, each with its heartbeat's correlation id) and nudges. Each
+        answer is exactly what the unary RPC would have answered to the same
+        heartbeat at the same moment: same validation, error codes, records and
+        fencing; a member may switch between the stream and the unary RPCs at any
+        time. An item the stream itself refuses (STREAM_LIMIT_REACHED, or
+        INVALID_REQUEST for a missing heartbeat or a correlation id in use) is
+        answered with `error_code` set and no response: nothing was done, send
+        that heartbeat again with the unary RPC.
+
+        Nudges: while a member's heartbeats go through a stream, the coordinator
+        that owns its group sends it a Nudge as soon as something changed for it
+        (its target moved, partitions it waits for were released, it was chosen
+        to compute a client-side assignment, its group was deleted, it was removed).
+        A nudge carries no state: the member reacts by sending its next heartbeat
+        at once, and learns what changed from the answer. A nudge is sent once and
+        not again until the member's next heartbeat. Nudges cost no write, and
+        nothing depends on them: a member that misses one still learns the change
+        at its next regular heartbeat.
+
+        Session liveness is unchanged: an open stream keeps no member alive; only
+        its heartbeats do. The first server message carries the stream's limits
+        (StreamLimits). A stream whose answers the client does not read is closed
+        with RESOURCE_EXHAUSTED once `max_pending` answers wait; a stream closes
+        with the status of the failure otherwise (UNAVAILABLE when the server
+        stops). Heartbeats not answered when a stream ends may or may not have
+        been served: send them again with the unary RPC (full requests, as after
+        any lost answer), then reopen a stream after a backoff. A server without
+        this RPC answers UNIMPLEMENTED: use the unary RPCs.
         """
 
 def add_GroupCoordinatorServicer_to_server(servicer: GroupCoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
