@@ -33,6 +33,9 @@ class FakeChannel:
     def unary_unary(self, *args: Any, **kwargs: Any) -> None:
         return None
 
+    def stream_stream(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
     def __repr__(self) -> str:
         return f"FakeChannel({self.address})"
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import grpc
 
+from regroup.client import streaming
 from regroup.client._telemetry import span
 from regroup.client.assignors.base import AssignmentPlan, ClientAssignor
 from regroup.client.errors import (
@@ -35,7 +36,15 @@ from regroup.client.errors import (
     error_name,
 )
 from regroup.client.protocols import ConsumerWire, Wire
-from regroup.client.routing import CoordinatorRouter, backoff_s, drive_async, find_async, routed, single
+from regroup.client.routing import (
+    CoordinatorRouter,
+    Endpoint,
+    backoff_s,
+    drive_async,
+    find_async,
+    routed,
+    single,
+)
 from regroup.client.tls import TlsConfig, aio_connector, check_factory
 from regroup.client.types import (
     Assignment,
@@ -84,6 +93,13 @@ class MemberOptions:
     # Off by default: every replica forwards a group's calls to its owner. A server
     # without FindCoordinator is then talked to at the target, silently.
     find_coordinator: bool = False
+    # Send heartbeats on the process's shared member stream (GroupCoordinator.MemberStream:
+    # one per event loop and coordinator, carrying every member's heartbeats in batches),
+    # through which the coordinator also nudges the member to heartbeat as soon as
+    # something changed for it. Unary calls whenever there is no stream (an older
+    # server, a stream that broke and is reopened after a backoff), and always when the
+    # member was given `interceptors` that do not intercept stream-stream calls.
+    member_stream: bool = True
 
 
 class _Flush:
@@ -131,10 +147,20 @@ class GroupMember:
         token: str | None = None,
     ) -> None:
         check_factory(tls, channel_factory)
+        #: How channels are made, as a key: members alike share a member stream.
+        self._stream_key: tuple[Any, ...] = (
+            tls,
+            token,
+            tuple(id(i) for i in interceptors or ()),
+            id(channel_factory) if channel_factory is not None else None,
+        )
+        self._connect: Callable[[str], grpc.aio.Channel] | None
+        self._bootstrap_target = target if isinstance(target, str) else None
         if isinstance(target, str):
             if channel_factory is not None and interceptors:
                 raise ValueError("with channel_factory, add the interceptors to the channels it makes")
             connect = channel_factory or aio_connector(tls, interceptors)
+            self._connect = connect
             self._channel = connect(target)
             self._owns_channel = True
             self._router = CoordinatorRouter(
@@ -144,7 +170,16 @@ class GroupMember:
             self._channel = target
             self._owns_channel = False
             follow = aio_connector(tls, interceptors) if tls is not None else channel_factory
+            self._connect = follow
             self._router = CoordinatorRouter(target, connect=follow, token=token)
+        #: The member streams this member used, by their key.
+        self._muxes: dict[tuple[Any, ...], streaming.StreamMux] = {}
+        #: Interceptors given here see every heartbeat: streams only if they intercept
+        #: streams too (a unary-only one, adding credentials or watching the answers,
+        #: would silently miss the heartbeats sent on a stream).
+        self._streams_intercepted = all(
+            isinstance(i, grpc.aio.StreamStreamClientInterceptor) for i in interceptors or ()
+        )
         #: Ask FindCoordinator before the next heartbeat (a NOT_COORDINATOR named nobody).
         self._lookup_wanted = False
         self._listener = listener if listener is not None else RebalanceListener()
@@ -394,6 +429,7 @@ class GroupMember:
         await self._close_channels()
 
     async def _close_channels(self) -> None:
+        await self._release_streams()
         for channel in self._router.take_channels():
             await channel.close()
         if self._owns_channel:
@@ -473,9 +509,7 @@ class GroupMember:
         endpoint = self._router.route(self._group_id)
         try:
             with span("regroup.heartbeat", group_id=self._group_id, member_epoch=request.member_epoch):
-                response = await getattr(endpoint.coordinator, self._wire.rpc)(
-                    request, timeout=timeout, metadata=self._router.metadata()
-                )
+                response = await self._send_heartbeat(endpoint, request, timeout)
         except asyncio.CancelledError:
             # close() stops the heartbeats: whoever waits for this acknowledgement (a
             # revocation in the reconciliation task) must not wait for ever.
@@ -521,6 +555,59 @@ class GroupMember:
         self._fail(RegroupError(code, response.error_message))
         self._resolve(flushes, False)
         return 0.0
+
+    async def _send_heartbeat(self, endpoint: Endpoint[Any], request: Request, seconds: float) -> Response:
+        """On the member stream to the endpoint when there is one, else a unary call."""
+        mux = self._mux(endpoint)
+        if mux is not None:
+            response = await mux.heartbeat(self._wire.stream_field, request, seconds, self._poke)
+            if response is not None:
+                return response  # type: ignore[no-any-return]
+        return await getattr(endpoint.coordinator, self._wire.rpc)(  # type: ignore[no-any-return]
+            request, timeout=seconds, metadata=self._router.metadata()
+        )
+
+    def _mux(self, endpoint: Endpoint[Any]) -> streaming.StreamMux | None:
+        """The process's member stream to `endpoint` (shared with every member that
+        reaches that address alike), or None when streams are off."""
+        if not self._options.member_stream or not self._streams_intercepted or self._closing:
+            return None
+        if endpoint.followed or self._owns_channel:
+            address = endpoint.address if endpoint.followed else self._bootstrap_target
+            connect = self._connect
+            if address is None or connect is None:
+                return None
+            key: tuple[Any, ...] = ("address", address, *self._stream_key)
+            owns = True
+
+            def open_channel() -> Any:
+                assert connect is not None and address is not None
+                return connect(address)
+        else:
+            key = ("channel", id(endpoint.channel), self._stream_key[1])
+            owns = False
+
+            def open_channel() -> Any:
+                return endpoint.channel
+
+        mux = self._muxes.get(key)
+        if mux is None:
+            mux = self._muxes[key] = streaming.acquire(
+                self,
+                key,
+                open_channel,
+                self._router.metadata,
+                owns_channel=owns,
+                backoff_ms=self._options.retry_backoff_ms,
+                backoff_max_ms=self._options.retry_backoff_max_ms,
+            )
+        return mux if mux.supported else None
+
+    async def _release_streams(self) -> None:
+        muxes, self._muxes = list(self._muxes.values()), {}
+        for mux in muxes:
+            mux.forget(self._group_id, self._member_id)
+            await streaming.release(self, mux)
 
     def _build_request(self) -> tuple[Request, dict[str, object]]:
         """The full request after joining or any error, only changed fields otherwise."""

@@ -27,6 +27,8 @@ from regroup.v1 import common_pb2, coordinator_pb2
 class ConsumerWire:
     group_type = CONSUMER
     rpc = "ConsumerGroupHeartbeat"
+    #: The heartbeat's field in a MemberStream item.
+    stream_field = "consumer"
     request_type: Any = coordinator_pb2.ConsumerGroupHeartbeatRequest
     callbacks = ("on_partitions_revoked", "on_partitions_assigned", "on_partitions_lost")
 
@@ -69,6 +71,7 @@ class ConsumerWire:
 class ConnectWire:
     group_type = CONNECT
     rpc = "ConnectGroupHeartbeat"
+    stream_field = "connect"
     request_type: Any = coordinator_pb2.ConnectGroupHeartbeatRequest
     callbacks = ("on_revoked", "on_assigned", "on_lost")
 

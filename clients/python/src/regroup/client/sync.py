@@ -5,6 +5,8 @@ and listener callbacks run in worker threads so heartbeats go on meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Coroutine, Sequence
@@ -68,6 +70,50 @@ class _InWorkerThread:
         await self._run("on_lost", resources)
 
 
+class _SharedLoop:
+    """One event loop in one background thread for every synchronous member of the
+    process, so that they share one member stream per coordinator (and one thread).
+    Started by the first member, stopped when the last one closes."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _users = 0
+
+    @classmethod
+    def acquire(cls) -> asyncio.AbstractEventLoop:
+        with cls._lock:
+            if cls._loop is None:
+                loop = asyncio.new_event_loop()
+                # Listener callbacks of every member run in these threads (created as
+                # needed): more than asyncio's default of a few, so that members whose
+                # callbacks take long do not queue the others'.
+                loop.set_default_executor(
+                    concurrent.futures.ThreadPoolExecutor(
+                        max_workers=64, thread_name_prefix="regroup-listener"
+                    )
+                )
+                thread = threading.Thread(target=loop.run_forever, name="regroup-members", daemon=True)
+                thread.start()
+                cls._loop, cls._thread = loop, thread
+            cls._users += 1
+            return cls._loop
+
+    @classmethod
+    def release(cls) -> None:
+        with cls._lock:
+            cls._users -= 1
+            if cls._users > 0 or cls._loop is None or cls._thread is None:
+                return
+            loop, thread = cls._loop, cls._thread
+            cls._loop = cls._thread = None
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(loop.shutdown_default_executor(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
 class SyncGroupMember:
     """`with SyncGroupMember(target, listener=...) as member: member.join(...)`.
 
@@ -92,9 +138,7 @@ class SyncGroupMember:
         token: str | None = None,
     ) -> None:
         check_factory(tls, channel_factory)  # before a thread is started for nothing
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="regroup-member", daemon=True)
-        self._thread.start()
+        self._loop = _SharedLoop.acquire()
         self._closed = False
 
         async def make() -> GroupMember:
@@ -110,7 +154,11 @@ class SyncGroupMember:
                 token=token,
             )
 
-        self._member = self._call(make())
+        try:
+            self._member = self._call(make())
+        except BaseException:
+            _SharedLoop.release()
+            raise
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
@@ -153,9 +201,7 @@ class SyncGroupMember:
         try:
             self._call(self._member.close(permanent=permanent))
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            _SharedLoop.release()
 
     def __enter__(self) -> SyncGroupMember:
         return self
