@@ -147,6 +147,9 @@ class _Worker:
         self.rpc_error = grpc.aio.AioRpcError
         #: The longest interval the coordinator has asked for: its normal one.
         self.normal_interval_ms = 0
+        from bench.streamload import StreamLoad
+
+        self.streams = StreamLoad(self)
 
     async def beat(self, member: Member, latencies: list[int] | None = None) -> Any:
         started = time.perf_counter_ns()
@@ -160,15 +163,35 @@ class _Worker:
             return None
         if latencies is not None:
             latencies.append((time.perf_counter_ns() - started) // 1000)
-        self.calls += 1
         resp = self.pb.ConsumerGroupHeartbeatResponse.FromString(raw)
+        self.record(member, resp)
+        return resp
+
+    def record(self, member: Member, resp: Any) -> None:
+        """Counts an answered heartbeat and applies it to the member."""
+        self.calls += 1
         if resp.error_code:
             self.errors[resp.error_code] = self.errors.get(resp.error_code, 0) + 1
         change = member.handle(resp)
         if change is not None:
             acquired, released = change
             self.events.append((time.monotonic(), member.spec.member_id, sorted(acquired), sorted(released)))
-        return resp
+
+    # Member streams (bench/streamload.py): one stream per worker process.
+
+    async def stream_steady(self, seconds: float, batch: int = 100, inflight: int = 4) -> dict[str, Any]:
+        return await self.streams.steady(seconds, batch, inflight)
+
+    async def stream_paced(
+        self, seconds: float, interval_ms: int, push: bool = True, member_ids: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        return await self.streams.paced(seconds, interval_ms, push, member_ids)
+
+    async def stream_leave(self, member_ids: Sequence[str]) -> dict[str, Any]:
+        return await self.streams.leave(member_ids)
+
+    async def stream_control(self, push: bool | None = None, stop: bool = False) -> dict[str, Any]:
+        return await self.streams.control(push, stop)
 
     def live(self) -> list[Member]:
         return [m for m in self.members.values() if not m.crashed]
