@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seconds", type=float, help="each capacity window")
     parser.add_argument("--rounds", type=int, help="capacity rounds")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--only", choices=("capacity", "push"), help="one part only")
     args = parser.parse_args(argv)
     groups = args.groups or (4 if args.quick else 10)
     per_group = args.members_per_group or (25 if args.quick else 100)
@@ -194,56 +195,116 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         load.run("join")
         settle(load, server.target, groups)
 
-        # (b) capacity first, on settled groups and idle streams.
-        dsn = server.dsn
-        asyncio.run(vacuum_analyze(dsn))
-        postgres.disable_autovacuum()
-        probe = asyncio.run(postgres_activity(dsn))
-        own = {k: v - probe[k] for k, v in asyncio.run(postgres_activity(dsn)).items()}
-        before = asyncio.run(postgres_activity(dsn))
-        load.run("stream_steady", seconds=min(1.0, seconds / 2), batch=100, inflight=4)  # warm up
+        # (b) capacity first, on settled groups and idle streams; then (a).
         windows: dict[str, list[Window]] = {"unary": [], "stream x100": [], "stream x1": []}
-        for _ in range(rounds):
-            windows["unary"].append(_window(server, load, "unary", "steady", seconds=seconds, concurrency=64))
-            windows["stream x100"].append(
-                _window(server, load, "stream x100", "stream_steady", seconds=seconds, batch=100, inflight=4)
+        commits = rows_written = 0
+        push: list[dict[str, Any]] = []
+        heartbeat_only: list[dict[str, Any]] = []
+        commits_push = commits_base = nudges = 0
+        if args.only != "push":
+            commits, rows_written = _capacity(server, load, postgres, windows, rounds, seconds)
+        if args.only != "capacity":
+            push, heartbeat_only, commits_push, commits_base, nudges = _push(
+                load, server, members, groups, trials, args.interval_ms, topics
             )
-            windows["stream x1"].append(
-                _window(server, load, "stream x1", "stream_steady", seconds=seconds, batch=1, inflight=64)
-            )
-        after = asyncio.run(postgres_activity(dsn))
-        commits = after["xact_commit"] - before["xact_commit"] - own["xact_commit"]
-        rows_written = after["rows_written"] - before["rows_written"]
-
-        # (a) push, then heartbeat-only, on the same members and streams.
-        poller = Poller(server.target)
-        paced = load.start("stream_paced", seconds=3600, interval_ms=args.interval_ms, push=True)
-        time.sleep(args.interval_ms / 1000 * 1.5)  # every member heartbeated on its stream
-        commits_push_before = asyncio.run(postgres_activity(dsn))["xact_commit"]
-        push = _trials(load, poller, members, groups, trials, args.interval_ms, topics, timeout=30)
-        commits_push = asyncio.run(postgres_activity(dsn))["xact_commit"] - commits_push_before
-        load.run("stream_control", push=False)
-        baseline_count = max(2, trials // 3)
-        commits_base_before = asyncio.run(postgres_activity(dsn))["xact_commit"]
-        heartbeat_only = _trials(
-            load, poller, members, groups, baseline_count, args.interval_ms, topics, timeout=60
-        )
-        commits_base = asyncio.run(postgres_activity(dsn))["xact_commit"] - commits_base_before
-        nudges = sum(r["nudges"] for r in load.run("stream_control", stop=True))
-        load.wait(paced)
     finally:
         if load is not None:
             load.close()
         server.stop()
         postgres.close()
+    result: dict[str, Any] = {}
+    if windows["unary"]:
+        result = _report_capacity(windows, members, args.processes, seconds, commits, rows_written, context)
+    if push:
+        result = _report_push(
+            push,
+            heartbeat_only,
+            commits_push,
+            commits_base,
+            nudges,
+            members,
+            groups,
+            args.interval_ms,
+            context,
+        )
+    return result
 
+
+def _capacity(
+    server: ServerProcess,
+    load: LoadGenerator,
+    postgres: BenchPostgres,
+    windows: dict[str, list[Window]],
+    rounds: int,
+    seconds: float,
+) -> tuple[int, int]:
+    """Alternating windows of unary, stream x100 and stream x1; Postgres commits and rows in them."""
+    dsn = server.dsn
+    asyncio.run(vacuum_analyze(dsn))
+    postgres.disable_autovacuum()
+    probe = asyncio.run(postgres_activity(dsn))
+    own = {k: v - probe[k] for k, v in asyncio.run(postgres_activity(dsn)).items()}
+    before = asyncio.run(postgres_activity(dsn))
+    load.run("stream_steady", seconds=min(1.0, seconds / 2), batch=100, inflight=4)  # warm up
+    for _ in range(rounds):
+        windows["unary"].append(_window(server, load, "unary", "steady", seconds=seconds, concurrency=64))
+        windows["stream x100"].append(
+            _window(server, load, "stream x100", "stream_steady", seconds=seconds, batch=100, inflight=4)
+        )
+        windows["stream x1"].append(
+            _window(server, load, "stream x1", "stream_steady", seconds=seconds, batch=1, inflight=64)
+        )
+    after = asyncio.run(postgres_activity(dsn))
+    commits = after["xact_commit"] - before["xact_commit"] - own["xact_commit"]
+    rows_written = after["rows_written"] - before["rows_written"]
+
+    return commits, rows_written
+
+
+def _push(
+    load: LoadGenerator,
+    server: ServerProcess,
+    members: list[MemberSpec],
+    groups: int,
+    trials: int,
+    interval_ms: int,
+    topics: dict[str, tuple[str, ...]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int, int]:
+    """Trials with push, then heartbeat-only ones, on the same members and streams."""
+    dsn = server.dsn
+    # (a) push, then heartbeat-only, on the same members and streams.
+    poller = Poller(server.target)
+    paced = load.start("stream_paced", seconds=3600, interval_ms=interval_ms, push=True)
+    time.sleep(interval_ms / 1000 * 1.5)  # every member heartbeated on its stream
+    commits_push_before = asyncio.run(postgres_activity(dsn))["xact_commit"]
+    push = _trials(load, poller, members, groups, trials, interval_ms, topics, timeout=30)
+    commits_push = asyncio.run(postgres_activity(dsn))["xact_commit"] - commits_push_before
+    load.run("stream_control", push=False)
+    baseline_count = max(2, trials // 3)
+    commits_base_before = asyncio.run(postgres_activity(dsn))["xact_commit"]
+    heartbeat_only = _trials(load, poller, members, groups, baseline_count, interval_ms, topics, timeout=60)
+    commits_base = asyncio.run(postgres_activity(dsn))["xact_commit"] - commits_base_before
+    nudges = sum(r["nudges"] for r in load.run("stream_control", stop=True))
+    load.wait(paced)
+    return push, heartbeat_only, commits_push, commits_base, nudges
+
+
+def _report_capacity(
+    windows: dict[str, list[Window]],
+    members: list[MemberSpec],
+    processes: int,
+    seconds: float,
+    commits: int,
+    rows_written: int,
+    context: dict[str, Any],
+) -> dict[str, Any]:
     # -- (b) capacity ---------------------------------------------------------------
     rows = []
     for name, runs in windows.items():
         for w in runs:
             rows.append([name, w.calls, w.rate, w.per_cpu_second, percentile(w.latencies_us, 99) / 1000])
     table(
-        f"Capacity: no-change heartbeats, {len(members)} members, {args.processes} load processes, "
+        f"Capacity: no-change heartbeats, {len(members)} members, {processes} load processes, "
         f"{seconds:.0f} s windows",
         ["transport", "calls", "hb/s", "hb per server CPU s", "p99 ms"],
         rows,
@@ -262,7 +323,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{statistics.median(ratio1):.2f}x (target >= 1.5; per round {[round(r, 2) for r in ratio1]}); "
         f"Postgres during the windows: {commits} commits (target 0), {rows_written} rows written"
     )
-    figure(
+    return figure(
         "streams",
         part="capacity",
         batch100_ratio=round(statistics.median(ratio100), 2),
@@ -276,12 +337,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         **context,
     )
 
+
+def _report_push(
+    push: list[dict[str, Any]],
+    heartbeat_only: list[dict[str, Any]],
+    commits_push: int,
+    commits_base: int,
+    nudges: int,
+    members: list[MemberSpec],
+    groups: int,
+    interval_ms: int,
+    context: dict[str, Any],
+) -> dict[str, Any]:
     # -- (a) convergence ------------------------------------------------------------
     push_ms = sorted(t["ms"] for t in push)
     base_ms = sorted(t["ms"] for t in heartbeat_only)
     table(
         f"Time to Stable after a join or a leave, {len(members)} members in {groups} groups, "
-        f"heartbeat interval {args.interval_ms} ms",
+        f"heartbeat interval {interval_ms} ms",
         ["mode", "trials", "p50 ms", "p99 ms", "max ms", "joins p99", "leaves p99", "commits/trial"],
         [
             [
@@ -306,7 +379,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ],
         ],
     )
-    plot = _plot(push_ms, base_ms, args.interval_ms)
+    plot = _plot(push_ms, base_ms, interval_ms)
     print(
         f"p99 time to Stable with push {percentile(push_ms, 99):.1f} ms (target < 100), heartbeat-only "
         f"{percentile(base_ms, 99):.0f} ms; {nudges} nudges; plot {plot}"
@@ -324,7 +397,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         commits_per_trial_push=round(commits_push / len(push), 1),
         commits_per_trial_heartbeat_only=round(commits_base / len(heartbeat_only), 1),
         nudges=nudges,
-        interval_ms=args.interval_ms,
+        interval_ms=interval_ms,
         **context,
     )
 

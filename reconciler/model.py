@@ -10,6 +10,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
@@ -273,7 +274,9 @@ class Group:
         "_owned_counts",
         "_partition_epochs",
         "_regex_counts",
+        "_stable_epochs",
         "_topic_name_counts",
+        "_unreleased",
         "assignment_epoch",
         "assignment_error",
         "assignor_state",
@@ -332,6 +335,11 @@ class Group:
         #: How many members compute targets client-side (so that a big group's
         #: computation does not pass over its members to find out).
         self._client_assignor_members = 0
+        #: member epoch -> how many members are STABLE at it: the group's state is read
+        #: without passing over its members (the write path reads it after each write).
+        self._stable_epochs: dict[int, int] = {}
+        #: The members waiting for partitions still owned by others (UNRELEASED_PARTITIONS).
+        self._unreleased: set[str] = set()
 
     # -- reads -------------------------------------------------------------
 
@@ -340,10 +348,13 @@ class Group:
             return GroupState.EMPTY
         if self.group_epoch > self.assignment_epoch:
             return GroupState.ASSIGNING
-        for member in self.members.values():
-            if not member.is_reconciled_to(self.assignment_epoch):
-                return GroupState.RECONCILING
+        if self._stable_epochs.get(self.assignment_epoch, 0) < len(self.members):
+            return GroupState.RECONCILING  # some member is not STABLE at the target epoch
         return GroupState.STABLE
+
+    def unreleased_member_ids(self) -> AbstractSet[str]:
+        """The members waiting for partitions that others still own (a view)."""
+        return self._unreleased
 
     def member_ids_in_order(self) -> Sequence[str]:
         """The ids of the members, sorted (a view: valid until the next replay)."""
@@ -409,6 +420,15 @@ class Group:
             _count(self._assignor_counts, member.server_assignor, sign)
         if member.client_assignors:
             self._client_assignor_members += sign
+
+    def _index_state(self, member: Member, sign: int) -> None:
+        if member.state is MemberState.STABLE:
+            _count_int(self._stable_epochs, member.member_epoch, sign)
+        elif member.state is MemberState.UNRELEASED_PARTITIONS:
+            if sign > 0:
+                self._unreleased.add(member.member_id)
+            else:
+                self._unreleased.discard(member.member_id)
 
     def _release_partitions(self, member: Member) -> None:
         for owned in (member.assigned, member.pending_revocation):
@@ -508,6 +528,14 @@ class Computation:
 
 class IllegalStateError(Exception):
     """A record would break an invariant of the group (a bug, not bad input)."""
+
+
+def _count_int(counts: dict[int, int], key: int, sign: int) -> None:
+    value = counts.get(key, 0) + sign
+    if value > 0:
+        counts[key] = value
+    else:
+        counts.pop(key, None)
 
 
 def _count(counts: dict[str, int], key: str, sign: int) -> None:

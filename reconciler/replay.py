@@ -78,7 +78,7 @@ def replay(group: Group, record: Record) -> None:
             member = group.members.get(record.member_id)
             if member is not None:
                 group._release_partitions(member)
-                group.members[record.member_id] = replace(
+                reset = replace(
                     member,
                     state=MemberState.STABLE,
                     member_epoch=0,
@@ -86,6 +86,9 @@ def replay(group: Group, record: Record) -> None:
                     assigned={},
                     pending_revocation={},
                 )
+                group._index_state(member, -1)
+                group._index_state(reset, +1)
+                group.members[record.member_id] = reset
         case AssignorStateRecord():
             group.assignor_state = record.state
             group.assignment_error = record.error
@@ -114,6 +117,7 @@ def _replay_member_metadata(group: Group, record: MemberMetadataRecord) -> None:
         group._index_metadata(old, -1)
     else:
         group._index_member_id(record.member_id, +1)
+        group._index_state(new, +1)
     group._index_metadata(new, +1)
     group.members[record.member_id] = new
 
@@ -144,6 +148,8 @@ def _replay_current_assignment(group: Group, record: CurrentAssignmentRecord) ->
         except IllegalStateError:
             group._claim_partitions(old)
             raise
+    group._index_state(old, -1)
+    group._index_state(new, +1)
     group.members[record.member_id] = new
 
 
@@ -167,6 +173,7 @@ def _remove_member(group: Group, member_id: str) -> None:
         return
     group._release_partitions(member)
     group._index_metadata(member, -1)
+    group._index_state(member, -1)
     group._index_member_id(member_id, -1)
     group.target.pop(member_id, None)
     if group.computation is not None and group.computation.member_id == member_id:
