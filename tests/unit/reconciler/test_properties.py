@@ -686,6 +686,21 @@ class GroupMachine(RuleBasedStateMachine):
                 if (topic.topic_id, partition) not in owner:
                     assert group.partition_epoch(topic.topic_id, partition) == -1
 
+        # ... and the state indexes agree with the members: the group's state as read by
+        # passing over them, and the members waiting for partitions.
+        naive = GroupState.STABLE
+        if not group.members:
+            naive = GroupState.EMPTY
+        elif group.group_epoch > group.assignment_epoch:
+            naive = GroupState.ASSIGNING
+        elif any(not m.is_reconciled_to(group.assignment_epoch) for m in group.members.values()):
+            naive = GroupState.RECONCILING
+        assert group.state() is naive, self._describe()
+        waiting = {
+            m.member_id for m in group.members.values() if m.state is MemberState.UNRELEASED_PARTITIONS
+        }
+        assert set(group.unreleased_member_ids()) == waiting, self._describe()
+
         # 3. Revoke before assign: a partition listed in a member's assigned
         # set is held by no other live client.
         for m in group.members.values():
