@@ -40,7 +40,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,9 +192,10 @@ class Violations:
 
 
 class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Sees every heartbeat answer of every member: counts them, and checks that no member
-    was fenced, that no acknowledged epoch went backwards, and that no partition has two
-    owners at that moment."""
+    """Sees every heartbeat answer of every member, unary or on a member stream (`stream`,
+    its twin for stream-stream calls: grpc applies an interceptor object to one kind of
+    call only): counts them, and checks that no member was fenced, that no acknowledged
+    epoch went backwards, and that no partition has two owners at that moment."""
 
     def __init__(self, registry: OwnershipRegistry, violations: Violations) -> None:
         self.registry = registry
@@ -202,6 +203,10 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
         self.answers: Counter[str] = Counter()
         self.transport_errors: Counter[str] = Counter()
         self.epochs: dict[str, int] = {}
+        #: Member streams opened, and heartbeats answered on them.
+        self.streams = 0
+        self.streamed = 0
+        self.stream = _StreamWatch(self)
 
     async def intercept_unary_unary(
         self, continuation: Callable[..., Awaitable[Any]], details: Any, request: Any
@@ -217,6 +222,39 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
             return call
         self.check(request, response)
         return call
+
+    async def watch_stream(
+        self, continuation: Callable[..., Awaitable[Any]], details: Any, request_iterator: Any
+    ) -> Any:
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if not method.endswith("/MemberStream"):
+            return await continuation(details, request_iterator)
+        sent: dict[int, coordinator_pb2.ConsumerGroupHeartbeatRequest] = {}
+
+        async def requests() -> AsyncIterator[Any]:
+            async for message in request_iterator:
+                for item in message.heartbeats:
+                    if item.HasField("consumer"):
+                        sent[item.correlation_id] = item.consumer
+                yield message
+
+        call = await continuation(details, requests())
+
+        async def responses() -> AsyncIterator[Any]:
+            self.streams += 1
+            try:
+                async for message in call:
+                    for answer in message.responses:
+                        request = sent.pop(answer.correlation_id, None)
+                        if request is not None and answer.HasField("consumer"):
+                            self.streamed += 1
+                            self.check(request, answer.consumer)
+                    yield message
+            except grpc.aio.AioRpcError as err:
+                self.transport_errors[f"stream {err.code().name}"] += 1
+                raise
+
+        return responses()
 
     def check(
         self,
@@ -240,6 +278,16 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
             if v not in self.violations.found:
                 self.violations.add(f"two owners: {v}")
         self.registry.violations.clear()
+
+
+class _StreamWatch(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
+    def __init__(self, watch: HeartbeatWatch) -> None:
+        self.watch = watch
+
+    async def intercept_stream_stream(
+        self, continuation: Callable[..., Awaitable[Any]], details: Any, request_iterator: Any
+    ) -> Any:
+        return await self.watch.watch_stream(continuation, details, request_iterator)
 
 
 @dataclass
@@ -315,7 +363,10 @@ class Chaos:
         )
         name = f"{group}/m{n}"
         member = GroupMember(
-            bootstrap, listener=self.registry.listener(name), options=options, interceptors=[self.watch]
+            bootstrap,
+            listener=self.registry.listener(name),
+            options=options,
+            interceptors=[self.watch, self.watch.stream],
         )
         self._member_names[id(member)] = name
         self._bootstrap[id(member)] = bootstrap
@@ -582,6 +633,8 @@ class Chaos:
             "members_joined": self.counts.joins,
             "members_left": self.counts.leaves,
             "heartbeats_answered": dict(self.watch.answers),
+            "heartbeats_on_streams": self.watch.streamed,
+            "member_streams_opened": self.watch.streams,
             "transport_errors": dict(self.watch.transport_errors),
             "converged_s": round(converged_s, 2),
             "violations": len(self.violations.found),
@@ -600,7 +653,8 @@ class Chaos:
             f"faults {sum(self.counts.faults[k] for k in kinds)} ({faults}; "
             f"{beyond} pauses and cuts beyond the lease; zombie probes {probes}); "
             f"members joined {self.counts.joins}, left {self.counts.leaves}; "
-            f"heartbeats answered {sum(self.watch.answers.values())} ({answers}); "
+            f"heartbeats answered {sum(self.watch.answers.values())} ({answers}; "
+            f"{self.watch.streamed} on {self.watch.streams} member streams); "
             f"transport errors {errors}; converged in {converged_s:.1f} s after the last fault; "
             f"violations {len(self.violations.found)}"
         )

@@ -54,3 +54,5 @@ async def test_replicas_fail_and_pause_while_members_keep_their_partitions(
     if results := os.environ.get("REGROUP_CHAOS_RESULTS"):
         _append(Path(results), json.dumps(chaos.figures(converged_s)))
     assert not chaos.violations.found, report + "\n" + "\n".join(chaos.timeline)
+    # The members ran on their default transport, member streams, and the watch saw them.
+    assert chaos.watch.streamed > 0, report

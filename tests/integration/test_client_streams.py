@@ -14,6 +14,7 @@ import pytest
 
 from regroup.client import GroupMember, MemberOptions, SyncGroupMember, streaming
 from regroup.server.streams import StreamClosed
+from regroup.v1 import coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
 
@@ -226,3 +227,47 @@ async def test_sync_members_share_the_stream_of_one_process(slow: Service) -> No
     assert elapsed < 2.0, f"the join took {elapsed:.2f}s to settle with a 20 s heartbeat interval"
     registry.assert_safe()
     assert registry.held_by("a") == registry.held_by("b") == frozenset()
+
+
+class SeesUnary(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.heartbeats = 0
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        if isinstance(request, coordinator_pb2.ConsumerGroupHeartbeatRequest):
+            self.heartbeats += 1
+        return await continuation(details, request)
+
+
+class SeesStreams(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]
+    """Counts the heartbeat answers it sees on member streams."""
+
+    def __init__(self) -> None:
+        self.heartbeats = 0
+
+    async def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
+        call = await continuation(details, request_iterator)
+
+        async def responses() -> AsyncIterator[Any]:
+            async for message in call:
+                self.heartbeats += len(message.responses)
+                yield message
+
+        return responses()
+
+
+async def test_interceptors_see_every_heartbeat_whichever_way_it_goes(slow: Service) -> None:
+    target = f"127.0.0.1:{slow.server.port}"
+    unary, streams = SeesUnary(), SeesStreams()
+    watched = GroupMember(target, interceptors=[unary, streams])
+    await watched.join("watched", topics=["orders"])
+    await watched.wait_for_assignment()
+    assert streams.heartbeats >= 1 and unary.heartbeats == 0, "on the stream, and seen there"
+
+    only_unary = SeesUnary()
+    plain = GroupMember(target, interceptors=[only_unary])
+    await plain.join("plain", topics=["orders"])
+    await plain.wait_for_assignment(lambda a: len(a.partitions) == 12)
+    assert only_unary.heartbeats >= 1, "a unary-only interceptor keeps the member unary, so it sees it"
+    await watched.close()
+    await plain.close()

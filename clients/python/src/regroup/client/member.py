@@ -98,7 +98,7 @@ class MemberOptions:
     # through which the coordinator also nudges the member to heartbeat as soon as
     # something changed for it. Unary calls whenever there is no stream (an older
     # server, a stream that broke and is reopened after a backoff), and always when the
-    # member was given `interceptors` that do not intercept stream-stream calls.
+    # member was given `interceptors` of which none intercepts stream-stream calls.
     member_stream: bool = True
 
 
@@ -174,12 +174,11 @@ class GroupMember:
             self._router = CoordinatorRouter(target, connect=follow, token=token)
         #: The member streams this member used, by their key.
         self._muxes: dict[tuple[Any, ...], streaming.StreamMux] = {}
-        #: Interceptors given here see every heartbeat: streams only if they intercept
-        #: streams too (a unary-only one, adding credentials or watching the answers,
-        #: would silently miss the heartbeats sent on a stream).
-        self._streams_intercepted = all(
-            isinstance(i, grpc.aio.StreamStreamClientInterceptor) for i in interceptors or ()
-        )
+        #: Interceptors given here see every heartbeat: streams only without interceptors or
+        #: with one that grpc applies to stream-stream calls (grpc applies each interceptor
+        #: object to one kind of call only). Unary-only ones, adding credentials or watching
+        #: answers, would otherwise silently miss the heartbeats sent on a stream.
+        self._streams_intercepted = not interceptors or any(_intercepts_streams(i) for i in interceptors)
         #: Ask FindCoordinator before the next heartbeat (a NOT_COORDINATOR named nobody).
         self._lookup_wanted = False
         self._listener = listener if listener is not None else RebalanceListener()
@@ -942,6 +941,16 @@ class GroupMember:
             # they are held until on_partitions_lost or the revocation of close().
             self._hold(self._owned | added, {**self._holding[1], **dict.fromkeys(added, epoch)})
             self._poke()  # tell the coordinator early: the member may become Stable sooner
+
+
+def _intercepts_streams(interceptor: object) -> bool:
+    """Whether a grpc.aio channel applies `interceptor` to stream-stream calls: it files each
+    interceptor under the first of these kinds it is an instance of."""
+    aio = grpc.aio
+    return isinstance(interceptor, aio.StreamStreamClientInterceptor) and not isinstance(
+        interceptor,
+        aio.UnaryUnaryClientInterceptor | aio.UnaryStreamClientInterceptor | aio.StreamUnaryClientInterceptor,
+    )
 
 
 class _Unsent:
