@@ -341,6 +341,42 @@ class Group:
         #: The members waiting for partitions still owned by others (UNRELEASED_PARTITIONS).
         self._unreleased: set[str] = set()
 
+    def clone(self) -> Group:
+        """An independent copy: replaying records onto it leaves this group as it is.
+
+        Members, targets and committed offsets are immutable values and are shared;
+        every container a replay changes in place is copied (the partition epochs'
+        arrays included). The write path computes a batch of operations on a copy
+        and keeps it only once the batch is stored."""
+        copy = Group.__new__(Group)
+        copy.group_id = self.group_id
+        copy.group_type = self.group_type
+        copy.group_epoch = self.group_epoch
+        copy.assignment_epoch = self.assignment_epoch
+        copy.last_assignment_ms = self.last_assignment_ms
+        copy.metadata_hash = self.metadata_hash
+        copy.members = dict(self.members)
+        copy.target = dict(self.target)
+        copy.assignor_state = self.assignor_state
+        copy.assignment_error = self.assignment_error
+        copy.computation = self.computation
+        copy.connectors = self.connectors  # replaced whole by its record, never changed in place
+        copy.offsets = dict(self.offsets)
+        copy._instance_index = dict(self._instance_index)
+        copy._member_order = list(self._member_order)
+        copy._member_order_sorted = self._member_order_sorted
+        copy._partition_epochs = {
+            topic_id: array("q", epochs) for topic_id, epochs in self._partition_epochs.items()
+        }
+        copy._owned_counts = dict(self._owned_counts)
+        copy._topic_name_counts = dict(self._topic_name_counts)
+        copy._regex_counts = dict(self._regex_counts)
+        copy._assignor_counts = dict(self._assignor_counts)
+        copy._client_assignor_members = self._client_assignor_members
+        copy._stable_epochs = dict(self._stable_epochs)
+        copy._unreleased = set(self._unreleased)
+        return copy
+
     # -- reads -------------------------------------------------------------
 
     def state(self) -> GroupState:

@@ -187,6 +187,14 @@ class Assigner:
             if self._sent.pop(group_id, None) is not None:
                 self._forget.add(group_id)
 
+    def replaced(self, group_id: str, before: Group | None, after: Group) -> None:
+        """The write path replaced the group's object by `after`, a copy of `before`
+        with records replayed (`observe` is told of those): the worker's copy still
+        matches `before` as far as it knew it."""
+        sent = self._sent.get(group_id)
+        if sent is not None and before is not None and sent.group is before:
+            sent.group = after
+
     def observe(self, group_id: str, group: Group, records: Sequence[Record]) -> None:
         """`records` were just replayed onto `group`: notes the members they change.
 

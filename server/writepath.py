@@ -49,6 +49,7 @@ from .store import Fence, GroupStore, NotOwner, PreparedWrite, StoreConflict, St
 from .storewatch import StoreWatch
 from .telemetry import Metrics
 from .timers import TimerKey, TimerQueue
+from .writebatch import BATCH_MAX_MEMBERS, DeferredLog, Queued
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
@@ -146,6 +147,9 @@ class GroupWriter:
         self._unsettled: dict[str, int] = {}
         #: Big groups whose Stable check waits (at most one check per STABLE_CHECK_MS each).
         self._stable_checks: dict[str, asyncio.TimerHandle] = {}
+        #: Heartbeats waiting for their group's lock, served together (writebatch.py).
+        self._queued: dict[str, list[Queued[Any]]] = {}
+        self._batches: set[asyncio.Task[None]] = set()
         #: Told of every change stored and replayed (the group after it, None once deleted):
         #: member streams nudge the members it concerns (server/streams.py).
         self.on_written: Callable[[str, Group | None, Sequence[Record]], None] | None = None
@@ -271,6 +275,8 @@ class GroupWriter:
                 return outcome.response
             if isinstance(outcome, Result) and not computed_elsewhere:
                 self._note_inline_computation(outcome.records, started)
+        if outcome is None and cause in HEARTBEAT_CAUSES and not computed_elsewhere:
+            return await self._queue(group_id, op, cause, new_member_id, group_type)  # type: ignore[arg-type]
         lock = self._locks.take(group_id)
         try:
             async with lock:
@@ -281,6 +287,113 @@ class GroupWriter:
                 return await self._finish(group_id, group, outcome, cause, op_now_ms, fence)
         finally:
             self._locks.give_back(group_id)
+
+    # -- heartbeats served in batches (see writebatch.py) ----------------------------
+
+    async def _queue(
+        self, group_id: str, op: Operation[T], cause: str, new_member_id: str, group_type: str | None
+    ) -> T:
+        """Waits for the group's lock with the other heartbeats queued for it, and is
+        served with them (by a task of their own: a caller that goes away does not
+        take the others' turn with it)."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        entry = Queued(op, cause, new_member_id, group_type, future)
+        queue = self._queued.get(group_id)
+        if queue is not None:
+            queue.append(entry)
+        else:
+            self._queued[group_id] = [entry]
+            # Taken now, so that the fast path sees the group busy from this moment.
+            lock = self._locks.take(group_id)
+            task = asyncio.get_running_loop().create_task(self._serve_queue(group_id, lock))
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+        return await future
+
+    async def _serve_queue(self, group_id: str, lock: asyncio.Lock) -> None:
+        try:
+            async with lock:
+                queue = self._queued.pop(group_id)  # heartbeats arriving from now on queue anew
+                try:
+                    await self._serve_batch(group_id, queue)
+                except BaseException as e:
+                    for entry in queue:
+                        entry.fail(e)
+                    if not isinstance(e, Exception):
+                        raise
+        finally:
+            self._locks.give_back(group_id)
+
+    async def _serve_batch(self, group_id: str, queue: list[Queued[Any]]) -> None:
+        """With the group's lock held: the queued heartbeats, as one write when worth it."""
+        fence = self.shards.fence(group_id, self.clock.monotonic_ms())
+        group = await self._current_group(group_id)
+        if len(queue) == 1 or (group is not None and len(group.members) > BATCH_MAX_MEMBERS):
+            for entry in queue:
+                try:
+                    entry.resolve(
+                        await self._run_locked(
+                            group_id, entry.op, entry.cause, entry.new_member_id, entry.group_type
+                        )
+                    )
+                except Exception as e:  # noqa: BLE001 - its caller's, as `run` would raise it
+                    entry.fail(e)
+            return
+        work = None if group is None else group.clone()
+        log = DeferredLog()
+        served: list[tuple[Queued[Any], Result[Any], int]] = []
+        records: list[Record] = []
+        bumps: list[str] = []
+        for entry in queue:
+            ctx = self.context(group_id, work, entry.group_type, entry.new_member_id)
+            started = time.perf_counter()
+            try:
+                result = entry.op(work, ctx)
+            except ApiError as e:
+                entry.fail(e)  # refused: nothing done, the others go on
+                continue
+            if result.records:
+                self._note_inline_computation(result.records, started)
+                bump = log_records(log, work, group_id, result.records, entry.cause)
+                if bump is not None:
+                    bumps.append(bump)
+                work = replay_all(work, group_id, result.records)
+                records.extend(result.records)
+            served.append((entry, result, ctx.now_ms))
+        if records:
+            await self._store(group_id, records, None, fence)
+        for _, result, _ in served:
+            self.metrics.heartbeat(written=bool(result.records))
+        if records and self.shards.holds(fence):
+            log.emit(self.log)
+            for bump in bumps:
+                self.metrics.epoch_bumped(bump)
+            self._keep(group_id, group, work, records, bumps)
+        for entry, result, now_ms in served:
+            self.apply_timers(group_id, result.timers, now_ms)
+            entry.resolve(result.response)
+
+    def _keep(
+        self,
+        group_id: str,
+        before: Group | None,
+        after: Group | None,
+        records: Sequence[Record],
+        bumps: list[str],
+    ) -> None:
+        """A stored batch's copy of the group becomes the group."""
+        if after is None:
+            self._forget(group_id)
+        else:
+            self.groups[group_id] = after
+            self.assigner.replaced(group_id, before, after)
+            self.assigner.observe(group_id, after, records)
+            if bumps:
+                self._unsettled.setdefault(group_id, self.clock.wall_ms())
+            if group_id in self._unsettled:
+                self._check_stable(group_id)
+        if self.on_written is not None:
+            self.on_written(group_id, after, records)
 
     def answer_now(
         self, group_id: str, op: Operation[T], *, cause: str, group_type: str | None = None
