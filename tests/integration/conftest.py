@@ -15,9 +15,39 @@ from regroup.server.clock import ManualClock
 from regroup.server.config import Settings
 from tests.support.leases import MANUAL_LEASE_MS
 from tests.support.pg import EmbeddedPostgres
+from tests.support.streams import StreamCoordinatorStub
 from tests.support.wire import Stubs
 
 pytestmark = pytest.mark.integration
+
+#: How a test's heartbeats reach the server: "unary" (the RPCs) or "stream" (one shared
+#: MemberStream, tests/support/streams.py). See `heartbeat_transports`.
+TRANSPORTS = ("unary", "stream")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "heartbeat_transports(*names): run the test once per heartbeat transport (default: "
+        "unary and stream); with stream, service.stubs.coordinator sends ConsumerGroupHeartbeat "
+        "and ConnectGroupHeartbeat through a MemberStream and every other RPC as usual",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests (or modules) marked `heartbeat_transports` run once per transport: the
+    stream's answers must be the unary RPC's, so the same assertions hold for both."""
+    marker = metafunc.definition.get_closest_marker("heartbeat_transports")
+    if marker is not None and "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", marker.args or TRANSPORTS, indirect=True)
+
+
+@pytest.fixture
+def transport(request: pytest.FixtureRequest) -> str:
+    """The heartbeat transport of the services this test starts (unary unless marked)."""
+    name: str = getattr(request, "param", "unary")
+    assert name in TRANSPORTS, name
+    return name
 
 
 @pytest.fixture(scope="session")
@@ -55,8 +85,9 @@ ServiceFactory = Callable[..., Awaitable[Service]]
 
 
 @pytest.fixture
-async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
-    """Starts servers on the test's database; stops them all at the end."""
+async def start_service(database: str, transport: str) -> AsyncIterator[ServiceFactory]:
+    """Starts servers on the test's database; stops them all at the end. With the
+    "stream" transport, each service's heartbeats go through a MemberStream."""
     started: list[Service] = []
 
     async def start(
@@ -85,12 +116,17 @@ async def start_service(database: str) -> AsyncIterator[ServiceFactory]:
         if clock is not None:
             server.clock = clock
         await server.start()
-        service = Service(server, Stubs.connect(f"127.0.0.1:{server.port}", credentials), settings)
+        stubs = Stubs.connect(f"127.0.0.1:{server.port}", credentials)
+        if transport == "stream":
+            stubs = dataclasses.replace(stubs, coordinator=StreamCoordinatorStub(stubs.coordinator))  # type: ignore[arg-type]
+        service = Service(server, stubs, settings)
         started.append(service)
         return service
 
     yield start
     for service in started:
+        if isinstance(service.stubs.coordinator, StreamCoordinatorStub):
+            await service.stubs.coordinator.close()
         await service.stubs.channel.close()
         await service.server.stop()
 

@@ -251,6 +251,7 @@ HEARTBEAT_CASES = [
 ]
 
 
+@pytest.mark.heartbeat_transports  # the same answers through a MemberStream (conftest.py)
 @pytest.mark.parametrize(
     ("case", "request_", "code", "message"), HEARTBEAT_CASES, ids=[c[0] for c in HEARTBEAT_CASES]
 )
@@ -276,6 +277,7 @@ RE2_SYNTAX = (
 )
 
 
+@pytest.mark.heartbeat_transports  # the same answers through a MemberStream (conftest.py)
 async def test_regex_re2_refuses_is_answered_and_the_server_keeps_serving(settled: Service) -> None:
     stubs = settled.stubs
     refused = await stubs.coordinator.ConsumerGroupHeartbeat(
@@ -312,6 +314,7 @@ async def test_regex_re2_refuses_is_answered_and_the_server_keeps_serving(settle
     }
 
 
+@pytest.mark.heartbeat_transports  # the same answers through a MemberStream (conftest.py)
 async def test_stored_regex_re2_refuses_matches_nothing_after_a_restart(
     start_service: ServiceFactory,
 ) -> None:
@@ -352,6 +355,7 @@ async def test_stored_regex_re2_refuses_matches_nothing_after_a_restart(
         assert response.error_code == common_pb2.NONE, response.error_message
 
 
+@pytest.mark.heartbeat_transports  # the same answers through a MemberStream (conftest.py)
 async def test_group_max_size_refuses_new_members_only(start_service: Any) -> None:
     service = await start_service(max_group_size=2)
     await service.stubs.create_topic("orders", 4)
@@ -366,6 +370,7 @@ async def test_group_max_size_refuses_new_members_only(start_service: Any) -> No
         assert (await member.heartbeat()).error_code == common_pb2.NONE
 
 
+@pytest.mark.heartbeat_transports  # the same answers through a MemberStream (conftest.py)
 async def test_request_larger_than_the_size_limit_is_refused_by_grpc(start_service: Any) -> None:
     service = await start_service(max_message_bytes=64 * 1024)
     with pytest.raises(grpc.aio.AioRpcError) as error:

@@ -14,7 +14,9 @@ from regroup.v1 import common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.wire import Request, WireMember, owned_pb
 
-pytestmark = pytest.mark.integration
+# Every test runs with heartbeats through the unary RPCs and again through a MemberStream
+# (tests/integration/conftest.py): COMPUTE_ASSIGNMENT and the rest answered alike.
+pytestmark = [pytest.mark.integration, pytest.mark.heartbeat_transports]
 
 COMPUTE = common_pb2.COMPUTE_ASSIGNMENT
 INVALID = common_pb2.INVALID_ASSIGNMENT

@@ -109,6 +109,7 @@ async def test_put_connectors_bumps_the_epoch_and_reassigns(workers: Workers) ->
     assert all("B" not in h and ConnectorTaskId("B", 0) not in h for h in held.values())
 
 
+@pytest.mark.heartbeat_transports  # the same answers through a MemberStream (conftest.py)
 async def test_put_connectors_refusals(fast: Service) -> None:
     async with GroupAdmin(f"127.0.0.1:{fast.server.port}") as admin:
         for bad in ({"": 1}, {"A": -1}, {"A": 10_001}, {"bad\nname": 1}):
@@ -161,6 +162,7 @@ async def test_connectors_and_assignments_survive_a_restart(start_service: Servi
     assert held["w1"] == ALL
 
 
+@pytest.mark.heartbeat_transports  # the same answers through a MemberStream (conftest.py)
 async def test_connect_installations_are_validated_by_connector_and_task(fast: Service) -> None:
     """A missing task, a duplicate, an unknown worker and a stale epoch: refused, nothing changed."""
     async with GroupAdmin(f"127.0.0.1:{fast.server.port}") as admin:

@@ -11,9 +11,11 @@ import pytest
 from regroup.server.clock import ManualClock
 from regroup.v1 import admin_pb2, common_pb2
 from tests.integration.conftest import Service, ServiceFactory
-from tests.support.wire import WireMember, assert_disjoint, converge
+from tests.support.wire import WireMember, assert_disjoint, converge, owned_pb
 
-pytestmark = pytest.mark.integration
+# Every test runs with heartbeats through the unary RPCs and again through a MemberStream
+# (tests/integration/conftest.py): the stream's answers must be the RPC's.
+pytestmark = [pytest.mark.integration, pytest.mark.heartbeat_transports]
 
 
 async def _xmax(service: Service) -> int:
@@ -354,3 +356,91 @@ async def test_a_big_group_answers_its_members_while_its_target_is_computed(
     # which b's leave asked for, splits the topic between a and c.
     assert "b" not in service.coordinator.groups["g1"].target
     await settle_in_worker(service, [a, c], [45, 45])
+
+
+async def test_a_lost_answer_is_retried_with_the_previous_epoch_in_a_full_request(service: Service) -> None:
+    """KIP-848's lost response: the member moved to a new epoch but never heard of it; its
+    retry with the previous epoch (and no more than it is assigned) is accepted and
+    answered with the epoch and the whole assignment, writing nothing."""
+    await service.stubs.create_topic("orders", 4)
+    a = WireMember(service.stubs.coordinator, "g1", "a", ["orders"])
+    await converge(service.stubs, "g1", [a])
+    b = WireMember(service.stubs.coordinator, "g1", "b", ["orders"])
+    await b.heartbeat()
+    await a.heartbeat()  # told to revoke two partitions, still at epoch 1
+    assert (a.epoch, len(a.partitions())) == (1, 2)
+    kept = {t: set(p) for t, p in a.owned.items()}
+    acknowledged = await service.stubs.coordinator.ConsumerGroupHeartbeat(a.heartbeat_request())
+    assert (acknowledged.error_code, acknowledged.member_epoch) == (common_pb2.NONE, 2)
+    commits = service.coordinator.store.commits
+
+    # That answer is lost: the member still believes it is at epoch 1 and retries in full.
+    retry = a.heartbeat_request()
+    retry.rebalance_timeout_ms = a.rebalance_timeout_ms
+    retry.subscribed_topic_names.values.extend(a.topics)
+    answered = await service.stubs.coordinator.ConsumerGroupHeartbeat(retry)
+
+    assert answered.error_code == common_pb2.NONE, answered.error_message
+    assert answered.member_epoch == 2
+    assert {tp.topic_id: set(tp.partitions) for tp in answered.assignment.topic_partitions} == kept
+    assert service.coordinator.store.commits == commits
+
+
+async def test_a_member_behind_by_more_than_a_lost_answer_is_fenced_and_rejoins(service: Service) -> None:
+    """Fencing: the previous epoch with partitions the member is no longer assigned, or an
+    epoch older than the previous one, is FENCED_MEMBER_EPOCH; the member drops everything
+    and rejoins, and no partition ever has two owners."""
+    await service.stubs.create_topic("orders", 4)
+    a = WireMember(service.stubs.coordinator, "g1", "a", ["orders"])
+    b = WireMember(service.stubs.coordinator, "g1", "b", ["orders"])
+    await converge(service.stubs, "g1", [a, b])
+    everything = {t: {0, 1, 2, 3} for t in a.owned}
+
+    stale = a.heartbeat_request()
+    stale.member_epoch = a.epoch - 1  # the previous epoch, as after a lost answer, but ...
+    stale.topic_partitions.CopyFrom(owned_pb(everything))  # ... claiming what b owns now
+    claims_too_much = a.handle(await service.stubs.coordinator.ConsumerGroupHeartbeat(stale))
+    assert claims_too_much.error_code == common_pb2.FENCED_MEMBER_EPOCH, claims_too_much.error_message
+    assert a.epoch == 0 and not a.owned
+    assert (await a.heartbeat()).error_code == common_pb2.NONE  # rejoins
+    await converge(service.stubs, "g1", [a, b])
+
+    behind = a.epoch - 1
+    c = WireMember(service.stubs.coordinator, "g1", "c", ["orders"])
+    await c.heartbeat()
+    await converge(service.stubs, "g1", [a, b, c])
+    assert a.epoch - behind == 2
+    old = a.heartbeat_request()
+    old.member_epoch = behind  # two epochs behind: never a lost answer
+    zombie = a.handle(await service.stubs.coordinator.ConsumerGroupHeartbeat(old))
+    assert zombie.error_code == common_pb2.FENCED_MEMBER_EPOCH, zombie.error_message
+
+    assert (await a.heartbeat()).error_code == common_pb2.NONE
+    await converge(service.stubs, "g1", [a, b, c])
+    assert sorted(len(m.partitions()) for m in (a, b, c)) == [1, 1, 2]
+
+
+async def test_a_static_instance_is_held_by_one_member_at_a_time(service: Service) -> None:
+    """Static membership: another member may not take an instance id in use
+    (UNRELEASED_INSTANCE_ID); once released (epoch -2) and taken over, the old member's
+    heartbeats are FENCED_INSTANCE_ID."""
+    await service.stubs.create_topic("orders", 2)
+    first = WireMember(service.stubs.coordinator, "g1", "s-1", ["orders"], instance_id="worker-a")
+    await converge(service.stubs, "g1", [first])
+    taker = WireMember(service.stubs.coordinator, "g1", "s-2", ["orders"], instance_id="worker-a")
+
+    refused = await taker.heartbeat()
+    assert refused.error_code == common_pb2.UNRELEASED_INSTANCE_ID, refused.error_message
+    leave = await service.stubs.coordinator.ConsumerGroupHeartbeat(
+        first.heartbeat_request().__class__(
+            group_id="g1", member_id="s-1", member_epoch=-2, instance_id="worker-a"
+        )
+    )
+    assert (leave.error_code, leave.member_epoch) == (common_pb2.NONE, -2)
+    taken = await taker.heartbeat()
+    assert taken.error_code == common_pb2.NONE, taken.error_message
+    assert taker.partitions() == first.partitions()
+
+    fenced = await first.heartbeat()
+    assert fenced.error_code == common_pb2.FENCED_INSTANCE_ID, fenced.error_message
+    assert [m.member_id for m in (await service.stubs.describe("g1")).members] == ["s-2"]
