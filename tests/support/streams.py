@@ -94,7 +94,11 @@ class MemberStreamClient:
         """Opens the stream and reads its first message, which must carry the limits."""
         client = cls(stub, metadata)
         client._call = stub.MemberStream(client._requests(), metadata=metadata)
-        first = await asyncio.wait_for(client._call.read(), WAIT_S)
+        try:
+            first = await asyncio.wait_for(client._call.read(), WAIT_S)
+        except BaseException:
+            client._call.cancel()  # also stops the task that sends its requests
+            raise
         if first is grpc.aio.EOF:
             raise AssertionError("the stream ended before its first message")
         assert first.HasField("limits"), f"the first message carries no limits: {first}"
