@@ -240,6 +240,10 @@ class StreamHub:
             session = by_member[member_id]
             key = (group_id, member_id)
             if key in session.nudged:
+                # Not nudged twice; but once out of the group it is no longer carried
+                # (else it would hold its place under max_members until the stream ends).
+                if group is None or member_id not in group.members:
+                    gone.append((member_id, session))
                 continue
             reason = nudge_reason(group, member_id)
             if reason is None:

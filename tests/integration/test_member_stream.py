@@ -465,6 +465,34 @@ async def test_a_member_beyond_the_member_limit_is_refused_alone(start_service: 
     await client.close()
 
 
+async def test_a_member_removed_after_its_nudge_no_longer_counts_against_the_member_limit(
+    start_service: ServiceFactory,
+) -> None:
+    """A member nudged and then removed (its session expired before it heartbeated) is
+    not carried any more: its place on the stream goes to a new member."""
+    clock = ManualClock()
+    service = await start_service(
+        clock=clock, session_timeout_ms=1_000, heartbeat_interval_ms=100, stream_max_members=1
+    )
+    await service.stubs.create_topic("orders", 4)
+    stub, client = await streamed(service)
+    gone = WireMember(stub, "g", "gone", ["orders"])
+    await converge(service.stubs, "g", [gone])
+    other = WireMember(service.stubs.coordinator, "g", "other", ["orders"])
+    await other.heartbeat()
+    await client.nudge_for("gone")  # ... and it never heartbeats again (its process hung)
+    clock.advance(600)
+    await other.heartbeat()
+    clock.advance(600)
+    await service.coordinator.expire_due()
+    assert [m.member_id for m in (await service.stubs.describe("g")).members] == ["other"]
+
+    newcomer = await client.heartbeat(join("g", "newcomer"))
+
+    assert newcomer.error_code == common_pb2.NONE
+    await client.close()
+
+
 # -- a client that does not read; the ends of a stream --------------------------------
 
 
