@@ -345,6 +345,8 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
                 self._stream_answered(session, correlation_id, kind, key, response)
                 return
         session.in_flight.add(correlation_id)
+        if request.member_epoch >= 0 and key not in session.members:
+            session.joining.add(correlation_id)
         task = asyncio.get_running_loop().create_task(
             self._serve_later(session, correlation_id, kind, key, request, context, caller, refused_all)
         )
@@ -395,6 +397,7 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
             return
         finally:
             session.in_flight.discard(correlation_id)
+            session.joining.discard(correlation_id)  # registered below when it is carried
         metrics.rpc(self.SERVICE, name, started, response.error_code)
         self._stream_answered(session, correlation_id, kind, key, response)
 

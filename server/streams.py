@@ -70,6 +70,9 @@ class StreamSession:
         self.members: set[MemberKey] = set()
         #: Correlation ids of heartbeats being served (answered later).
         self.in_flight: set[int] = set()
+        #: Of those, the ones of members not carried yet (joins, mostly): they count
+        #: against max_members until answered.
+        self.joining: set[int] = set()
         self._answers: list[StreamAnswer] = []
         #: Nudges to send: member -> (reason, group epoch).
         self._nudges: dict[MemberKey, tuple[int, int]] = {}
@@ -187,8 +190,11 @@ class StreamHub:
             session.fail(failure)
 
     def may_carry(self, session: StreamSession, key: MemberKey) -> bool:
-        """False when one more member would pass the stream's limit."""
-        return key in session.members or len(session.members) < self.limits.max_members
+        """False when one more member would pass the stream's limit (counting the
+        members whose first heartbeat on it is being served)."""
+        if key in session.members:
+            return True
+        return len(session.members) + len(session.joining) < self.limits.max_members
 
     def register(self, session: StreamSession, key: MemberKey) -> None:
         """The member's heartbeats come through `session` (the last stream it used wins)."""

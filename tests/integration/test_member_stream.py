@@ -465,6 +465,23 @@ async def test_a_member_beyond_the_member_limit_is_refused_alone(start_service: 
     await client.close()
 
 
+async def test_joins_in_one_batch_beyond_the_member_limit_refuse_the_extra_members(
+    start_service: ServiceFactory,
+) -> None:
+    """Joins write, so they are served in tasks: the limit must count the members whose
+    first heartbeat is being served, not only those already answered."""
+    service = await start_service(stream_max_members=2)
+    await service.stubs.create_topic("orders", 4)
+    client = await MemberStreamClient.open(service.stubs.coordinator)
+
+    answers = await client.batch([join("g", f"m{i}") for i in range(4)])
+
+    assert [a.error_code for a in answers] == [common_pb2.NONE, common_pb2.NONE, LIMIT, LIMIT]
+    assert [unwrap(a).member_id for a in answers[:2]] == ["m0", "m1"]
+    assert sorted(m.member_id for m in (await service.stubs.describe("g")).members) == ["m0", "m1"]
+    await client.close()
+
+
 async def test_a_member_removed_after_its_nudge_no_longer_counts_against_the_member_limit(
     start_service: ServiceFactory,
 ) -> None:
