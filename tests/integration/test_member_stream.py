@@ -309,6 +309,101 @@ async def test_a_member_whose_session_expires_is_nudged_once_that_it_was_removed
     await client.close()
 
 
+async def test_a_topic_growth_nudges_stream_members_when_the_timer_computes_their_target(
+    service: Service,
+) -> None:
+    """No heartbeat causes this change: CreatePartitions bumps the group epoch and the
+    assignment timer computes the target; the members hear of it at once."""
+    await service.stubs.create_topic("orders", 2)
+    stub, client = await streamed(service)
+    members = [WireMember(stub, "g", f"m{i}", ["orders"]) for i in range(2)]
+    await converge(service.stubs, "g", members)
+    await barrier(client)
+    seen = len(client.nudges)
+
+    grown = await service.stubs.admin.CreatePartitions(
+        admin_pb2.CreatePartitionsRequest(
+            topics=[admin_pb2.CreatePartitionsRequest.Topic(name="orders", count=6)]
+        )
+    )
+    assert grown.topics[0].error_code == common_pb2.NONE
+
+    for member in members:
+        assert (await client.nudge_for(member.member_id, since=seen)).reason == TARGET_CHANGED
+    for member in members:
+        assert (await member.heartbeat()).HasField("assignment")
+    assert sorted(len(m.partitions()) for m in members) == [3, 3]
+    await client.close()
+
+
+async def test_a_connectors_change_nudges_the_connect_workers_of_the_stream(service: Service) -> None:
+    put = await service.stubs.admin.PutConnectors(
+        admin_pb2.PutConnectorsRequest(
+            group_id="c", connectors=[admin_pb2.ConnectorConfig(name="A", tasks=1)]
+        )
+    )
+    assert put.error_code == common_pb2.NONE
+    client = await MemberStreamClient.open(service.stubs.coordinator)
+    worker = coordinator_pb2.ConnectGroupHeartbeatRequest(
+        group_id="c",
+        member_id="w1",
+        member_epoch=0,
+        rebalance_timeout_ms=60_000,
+        url="http://w1",
+        owned=common_pb2.ConnectorsAndTasks(),
+    )
+    joined = await client.heartbeat(worker)
+    assert joined.error_code == common_pb2.NONE, joined.error_message
+    assert (list(joined.assignment.connectors), len(joined.assignment.tasks)) == (["A"], 1)
+    owned = common_pb2.ConnectorsAndTasks()
+    owned.CopyFrom(joined.assignment)
+    settled = await client.heartbeat(
+        coordinator_pb2.ConnectGroupHeartbeatRequest(
+            group_id="c", member_id="w1", member_epoch=joined.member_epoch, owned=owned
+        )
+    )
+    assert settled.error_code == common_pb2.NONE
+    await barrier(client)
+    assert client.nudges == []
+
+    put = await service.stubs.admin.PutConnectors(
+        admin_pb2.PutConnectorsRequest(
+            group_id="c", connectors=[admin_pb2.ConnectorConfig(name="A", tasks=2)]
+        )
+    )
+    assert put.error_code == common_pb2.NONE
+
+    nudge = await client.nudge_for("w1")
+    assert (nudge.group_id, nudge.reason, nudge.group_epoch) == ("c", TARGET_CHANGED, put.group_epoch)
+    moved = await client.heartbeat(
+        coordinator_pb2.ConnectGroupHeartbeatRequest(
+            group_id="c", member_id="w1", member_epoch=settled.member_epoch, owned=owned
+        )
+    )
+    assert len(moved.assignment.tasks) == 2
+    await client.close()
+
+
+async def test_nudges_go_to_the_stream_of_the_members_last_heartbeat(service: Service) -> None:
+    """A member may switch between the unary RPC and streams at any time: it is nudged on
+    the stream its last heartbeat came through, and on no other."""
+    await service.stubs.create_topic("orders", 4)
+    first = await MemberStreamClient.open(service.stubs.coordinator)
+    second = await MemberStreamClient.open(service.stubs.coordinator)
+    a = WireMember(service.stubs.coordinator, "g", "a", ["orders"])
+    await converge(service.stubs, "g", [a])  # joined and settled through the unary RPC
+    a.handle(await first.heartbeat(a.heartbeat_request()))  # answered inline: nothing to write
+    a.handle(await second.heartbeat(a.heartbeat_request()))
+
+    await WireMember(service.stubs.coordinator, "g", "b", ["orders"]).heartbeat()
+
+    assert (await second.nudge_for("a")).reason == TARGET_CHANGED
+    await barrier(first)
+    assert first.nudges == []
+    await first.close()
+    await second.close()
+
+
 async def test_a_nudge_is_not_repeated_before_the_member_heartbeats_again(service: Service) -> None:
     await service.stubs.create_topic("orders", 12)
     stub, client = await streamed(service)
