@@ -15,6 +15,9 @@ from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
 
+# The tests that send ConnectGroupHeartbeat on service.stubs.coordinator also run with it
+# going through a MemberStream (heartbeat_transports, conftest.py); the others drive workers
+# of the client library, which opens its own stream, so a second run would add nothing.
 pytestmark = pytest.mark.integration
 
 FAST = {"heartbeat_interval_ms": 100, "session_timeout_ms": 1500}
