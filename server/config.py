@@ -267,7 +267,24 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         stream_max_pending=_int(raw, "stream_max_pending", defaults.stream_max_pending, 1),
     )
     settings.check_access_files()  # a wrong file stops the start with its name and entry
+    _check_stream_limits(settings)
     return settings
+
+
+def _check_stream_limits(settings: Settings) -> None:
+    """A client that keeps to the limits, one heartbeat per member in flight, must never
+    see its stream closed for the answers it owes: as many may wait as it has members,
+    or as one message carries."""
+    pending = settings.stream_max_pending
+    for field, value in (
+        ("stream_max_members", settings.stream_max_members),
+        ("stream_max_batch", settings.stream_max_batch),
+    ):
+        if pending < value:
+            raise ConfigError(
+                f"REGROUP_STREAM_MAX_PENDING ({pending}) must be at least {_ENV[field]} ({value}): "
+                "a client within the limits could have its stream closed."
+            )
 
 
 def _host_port_or_off(field: str, value: str) -> str:

@@ -104,3 +104,24 @@ def test_bad_settings_are_refused_with_the_variable_named(env: dict[str, str], m
     with pytest.raises(ConfigError) as error:
         load_settings(env)
     assert message in str(error.value)
+
+
+def test_stream_limits_are_read_and_checked_against_each_other() -> None:
+    settings = load_settings(
+        {
+            "REGROUP_STREAM_MAX_BATCH": "50",
+            "REGROUP_STREAM_MAX_MEMBERS": "200",
+            "REGROUP_STREAM_MAX_PENDING": "300",
+        }
+    )
+    assert (settings.stream_max_batch, settings.stream_max_members, settings.stream_max_pending) == (
+        50,
+        200,
+        300,
+    )
+    with pytest.raises(
+        ConfigError, match="REGROUP_STREAM_MAX_PENDING .100. must be at least REGROUP_STREAM_MAX_MEMBERS"
+    ):
+        load_settings({"REGROUP_STREAM_MAX_MEMBERS": "200", "REGROUP_STREAM_MAX_PENDING": "100"})
+    with pytest.raises(ConfigError, match="REGROUP_STREAM_MAX_BATCH must be at least 1"):
+        load_settings({"REGROUP_STREAM_MAX_BATCH": "0"})

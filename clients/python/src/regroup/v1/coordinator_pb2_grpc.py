@@ -187,7 +187,8 @@ class GroupCoordinatorServicer:
         Session liveness is unchanged: an open stream keeps no member alive; only
         its heartbeats do. The first server message carries the stream's limits
         (StreamLimits). A stream whose answers the client does not read is closed
-        with RESOURCE_EXHAUSTED once `max_pending` answers wait; a stream closes
+        with RESOURCE_EXHAUSTED once `max_pending` answers wait (the coordinator stops
+        serving it at once; the client sees the status when it reads); a stream closes
         with the status of the failure otherwise (UNAVAILABLE when the server
         stops). Heartbeats not answered when a stream ends may or may not have
         been served: send them again with the unary RPC (full requests, as after
