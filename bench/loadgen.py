@@ -438,7 +438,7 @@ class LoadGenerator:
     def run(self, command: str, **args: Any) -> list[dict[str, Any]]:
         return self.wait(self.start(command, **args))
 
-    def run_on(self, member_ids: Sequence[str], command: str) -> None:
+    def run_on(self, member_ids: Sequence[str], command: str) -> list[dict[str, Any]]:
         """Sends `command` (crash or leave) for the members to the workers that hold them."""
         self._seq += 1
         wanted = set(member_ids)
@@ -446,7 +446,7 @@ class LoadGenerator:
             conn.send(
                 (self._seq, command, {"member_ids": [s.member_id for s in piece if s.member_id in wanted]})
             )
-        self.wait(self._seq)
+        return self.wait(self._seq)
 
     def add(self, specs: Sequence[MemberSpec]) -> None:
         """Adds members, round robin over the workers; a running paced command ignores them."""

@@ -230,6 +230,7 @@ class StreamLoad:
         """The members leave (epoch -1) on the stream; returns when each leave was sent."""
         await self.open()
         left_at: dict[str, float] = {}
+        refused: dict[str, str] = {}
         for member_id in member_ids:
             member = self.worker.members.get(member_id)
             if member is None or member.crashed:
@@ -242,8 +243,10 @@ class StreamLoad:
             member.epoch, member.full, member.ack = -1, False, False
             member._request = None
             left_at[member_id] = time.monotonic()
-            await self.send(member)
-        return {"left_at": left_at}
+            answer = await self.send(member)
+            if answer.error_code:
+                refused[member_id] = f"{answer.error_code}: {answer.error_message}"
+        return {"left_at": left_at, "refused": refused}
 
 
 def _varint(value: int) -> bytes:

@@ -88,7 +88,19 @@ class Poller:
                 if group is not None and group.group_epoch > after_epoch and group.group_state == "Stable":
                     return seen, group.group_epoch
                 await asyncio.sleep(POLL_S)
-        raise RuntimeError(f"group {group_id} not Stable past epoch {after_epoch} within {seconds} s")
+            described = (
+                await admin.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=[group_id]))
+            ).groups[0]
+        states = sorted(
+            (m.member_state, m.member_epoch, sum(len(t.partitions) for t in m.assignment.topic_partitions))
+            for m in described.members
+        )
+        raise RuntimeError(
+            f"group {group_id} not Stable past epoch {after_epoch} within {seconds} s: "
+            f"{described.group_state} at epoch {described.group_epoch}/{described.assignment_epoch}, "
+            f"members (state, epoch, partitions) not stable: {[s for s in states if s[0] != 'STABLE']}, "
+            f"stable: {len([s for s in states if s[0] == 'STABLE'])}"
+        )
 
     async def epoch(self, group_id: str) -> int:
         async with grpc.aio.insecure_channel(self.target) as channel:
@@ -106,19 +118,19 @@ def _trials(
     interval_ms: int,
     topics: dict[str, tuple[str, ...]],
     timeout: float,
+    live: dict[str, list[MemberSpec]],
 ) -> list[dict[str, Any]]:
-    """`count` trials, joins and leaves in turn, over the groups in turn. A group's
+    """`count` trials over the groups in turn, a round of joins then a round of leaves. A group's
     trials are at least 1.1 s apart (its target is computed at most once a second)."""
     last: dict[str, float] = {}
     results = []
-    live = {g: [m for m in members if m.group_id == g] for g in topics}
     for i in range(count):
         group_id = sorted(topics)[i % groups]
         wait = 1.1 - (time.monotonic() - last.get(group_id, 0.0))
         if wait > 0:
             time.sleep(wait)
         before = asyncio.run(poller.epoch(group_id))
-        kind = "join" if i % 2 == 0 else "leave"
+        kind = "join" if (i // groups) % 2 == 0 else "leave"  # each group: a round of joins, then of leaves
         if kind == "join":
             spec = MemberSpec(group_id, str(uuid.uuid4()), topics[group_id])
             load.add([spec])
@@ -128,7 +140,10 @@ def _trials(
         else:
             spec = live[group_id].pop(random.randrange(len(live[group_id])))
             started = time.monotonic()
-            load.run_on([spec.member_id], "stream_leave")
+            replies = load.run_on([spec.member_id], "stream_leave")
+            refused = {k: v for r in replies for k, v in r.get("refused", {}).items()}
+            if refused or not any(spec.member_id in r.get("left_at", {}) for r in replies):
+                raise RuntimeError(f"the leave of {spec.member_id} was not taken: {refused or 'not sent'}")
         stable_at, epoch = asyncio.run(poller.until_stable(group_id, before, timeout))
         last[group_id] = time.monotonic()
         results.append(
@@ -277,12 +292,14 @@ def _push(
     paced = load.start("stream_paced", seconds=3600, interval_ms=interval_ms, push=True)
     time.sleep(interval_ms / 1000 * 1.5)  # every member heartbeated on its stream
     commits_push_before = asyncio.run(postgres_activity(dsn))["xact_commit"]
-    push = _trials(load, poller, members, groups, trials, interval_ms, topics, timeout=30)
+    # The members in each group now (trials add and remove some), across both series.
+    live = {g: [m for m in members if m.group_id == g] for g in topics}
+    push = _trials(load, poller, members, groups, trials, interval_ms, topics, 30, live)
     commits_push = asyncio.run(postgres_activity(dsn))["xact_commit"] - commits_push_before
     load.run("stream_control", push=False)
     baseline_count = max(2, trials // 3)
     commits_base_before = asyncio.run(postgres_activity(dsn))["xact_commit"]
-    heartbeat_only = _trials(load, poller, members, groups, baseline_count, interval_ms, topics, timeout=60)
+    heartbeat_only = _trials(load, poller, members, groups, baseline_count, interval_ms, topics, 60, live)
     commits_base = asyncio.run(postgres_activity(dsn))["xact_commit"] - commits_base_before
     nudges = sum(r["nudges"] for r in load.run("stream_control", stop=True))
     load.wait(paced)
