@@ -36,8 +36,10 @@ StreamAnswer = coordinator_pb2.StreamHeartbeatResponse
 #: The most answers and nudges one server message carries (each is small; a message of
 #: this many stays far below the default 4 MiB limit of gRPC messages).
 MAX_ITEMS_PER_MESSAGE = 1_000
-#: A stream that wrote less than this long ago waits this long before its next write.
+#: A stream writes at most once per this long while it has fewer than COALESCE_ENOUGH
+#: answers to send.
 COALESCE_S = 0.002
+COALESCE_ENOUGH = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,16 +132,19 @@ class StreamSession:
             if self.failure is not None:
                 return None
             if self._answers or self._nudges:
+                # A busy stream (it wrote less than COALESCE_S ago) waits for the rest of
+                # that time unless it has many answers already: the answers to the
+                # messages read meanwhile then go in the same message (a write costs as
+                # much as dozens of answers). An idle stream answers at once.
+                wait = self._last_write + COALESCE_S - time.monotonic()
+                if wait > 0 and len(self._answers) < COALESCE_ENOUGH and self.failure is None:
+                    await asyncio.sleep(wait)
+                    continue
                 return self._take()
             if self.input_done and not self.in_flight:
                 return None
             self._wake.clear()
             await self._wake.wait()
-            if time.monotonic() - self._last_write < COALESCE_S:
-                # Busy (the last write was moments ago): wait as long again, so that the
-                # answers to the messages read meanwhile go in the same message (a write
-                # costs as much as dozens of answers). An idle stream answers at once.
-                await asyncio.sleep(COALESCE_S)
 
     def _take(self) -> coordinator_pb2.MemberStreamResponse:
         self._last_write = time.monotonic()
