@@ -12,7 +12,17 @@ import time
 
 from bench.report import cpu_times, figure, steal_percent
 
-BENCHMARKS = ("steady", "convergence", "assignors", "stall", "memory", "steps", "regex", "replicas")
+BENCHMARKS = (
+    "steady",
+    "convergence",
+    "assignors",
+    "stall",
+    "memory",
+    "steps",
+    "regex",
+    "replicas",
+    "streams",
+)
 
 
 def main() -> None:

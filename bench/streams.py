@@ -228,8 +228,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         server.stop()
         postgres.close()
     result: dict[str, Any] = {}
+    capacity: dict[str, Any] | None = None
     if windows["unary"]:
-        result = _report_capacity(windows, members, args.processes, seconds, commits, rows_written, context)
+        result = capacity = _report_capacity(
+            windows, members, args.processes, seconds, commits, rows_written, context
+        )
     if push:
         result = _report_push(
             push,
@@ -242,6 +245,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             args.interval_ms,
             context,
         )
+        if capacity is not None:
+            result = {**result, "capacity": capacity}
     return result
 
 

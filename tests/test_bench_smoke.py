@@ -115,3 +115,13 @@ def test_replicas_smoke() -> None:
     assert summary["writes_per_heartbeat"] == 0
     assert summary["idle_lease_rounds_per_s"] > 0
     assert summary["forward_ratio"] > 0
+
+
+def test_streams_smoke() -> None:
+    from bench import streams
+
+    summary = streams.main(["--quick", "--seconds", "1", "--trials", "4", "--interval-ms", "1000"])
+    assert summary["part"] == "push"
+    assert summary["trials"] == 4 and summary["nudges"] > 0
+    assert summary["capacity"]["postgres_commits"] == 0  # no-change heartbeats on streams write nothing
+    assert summary["capacity"]["postgres_rows_written"] == 0
