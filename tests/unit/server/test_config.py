@@ -120,7 +120,7 @@ def test_stream_limits_are_read_and_checked_against_each_other() -> None:
         300,
     )
     with pytest.raises(
-        ConfigError, match="REGROUP_STREAM_MAX_PENDING .100. must be at least REGROUP_STREAM_MAX_MEMBERS"
+        ConfigError, match=r"REGROUP_STREAM_MAX_PENDING \(100\) must be at least REGROUP_STREAM_MAX_MEMBERS"
     ):
         load_settings({"REGROUP_STREAM_MAX_MEMBERS": "200", "REGROUP_STREAM_MAX_PENDING": "100"})
     with pytest.raises(ConfigError, match="REGROUP_STREAM_MAX_BATCH must be at least 1"):
