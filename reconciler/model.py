@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
+from typing import TypeVar
 
 #: Partitions per topic id. Values are never empty; an absent topic means none.
 Assignment = Mapping[str, frozenset[int]]
@@ -459,7 +460,7 @@ class Group:
 
     def _index_state(self, member: Member, sign: int) -> None:
         if member.state is MemberState.STABLE:
-            _count_int(self._stable_epochs, member.member_epoch, sign)
+            _count(self._stable_epochs, member.member_epoch, sign)
         elif member.state is MemberState.UNRELEASED_PARTITIONS:
             if sign > 0:
                 self._unreleased.add(member.member_id)
@@ -566,15 +567,11 @@ class IllegalStateError(Exception):
     """A record would break an invariant of the group (a bug, not bad input)."""
 
 
-def _count_int(counts: dict[int, int], key: int, sign: int) -> None:
-    value = counts.get(key, 0) + sign
-    if value > 0:
-        counts[key] = value
-    else:
-        counts.pop(key, None)
+#: A counted key: a topic name, a regex, an assignor, a member epoch.
+K = TypeVar("K")
 
 
-def _count(counts: dict[str, int], key: str, sign: int) -> None:
+def _count(counts: dict[K, int], key: K, sign: int) -> None:
     value = counts.get(key, 0) + sign
     if value > 0:
         counts[key] = value

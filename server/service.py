@@ -16,7 +16,7 @@ import grpc
 import structlog
 from google.protobuf import message_factory
 from opentelemetry import propagate
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Tracer
 
 from regroup.reconciler import ApiError, ErrorCode, Topic, TopicsImage
 from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidRequest, NotCoordinator
@@ -60,12 +60,7 @@ def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
         tracer = self._coordinator.writer.tracer
         if tracer is None:
             return await measured(self, request, context)
-        with tracer.start_as_current_span(
-            f"{self.SERVICE}/{name}",
-            context=propagate.extract(dict(context.invocation_metadata() or ())),
-            kind=SpanKind.SERVER,
-            attributes=_span_attributes(self.SERVICE, name, request),
-        ) as span:
+        with _server_span(tracer, self.SERVICE, name, request, context) as span:
             response = await measured(self, request, context)
             span.set_attribute("regroup.error_code", int(getattr(response, "error_code", 0)))
             epoch = getattr(response, "member_epoch", None)
@@ -153,6 +148,22 @@ _SERVICES = {
         admin_pb2.DESCRIPTOR.services_by_name["GroupAdmin"],
     )
 }
+
+
+def _server_span(
+    tracer: Tracer, service: str, method: str, request: Any, context: Ctx, *, stream: bool = False
+) -> Any:
+    """The span of one call (or of one heartbeat of a member stream), a child of the
+    caller's W3C trace context."""
+    attributes = _span_attributes(service, method, request)
+    if stream:
+        attributes["regroup.stream"] = True
+    return tracer.start_as_current_span(
+        f"{service}/{method}",
+        context=propagate.extract(dict(context.invocation_metadata() or ())),
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+    )
 
 
 def _span_attributes(service: str, method: str, request: Any) -> dict[str, Any]:
@@ -419,12 +430,7 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
             tracer = self._coordinator.writer.tracer
             if tracer is None:
                 return await handler(self, request, context)
-            with tracer.start_as_current_span(
-                f"{self.SERVICE}/{name}",
-                context=propagate.extract(dict(context.invocation_metadata() or ())),
-                kind=SpanKind.SERVER,
-                attributes={**_span_attributes(self.SERVICE, name, request), "regroup.stream": True},
-            ) as span:
+            with _server_span(tracer, self.SERVICE, name, request, context, stream=True) as span:
                 response = await handler(self, request, context)
                 span.set_attribute("regroup.error_code", int(response.error_code))
                 span.set_attribute("regroup.response.member_epoch", response.member_epoch)

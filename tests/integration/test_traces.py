@@ -19,6 +19,7 @@ from regroup.server.telemetry import tracing_wanted
 from regroup.v1 import common_pb2, coordinator_pb2
 from tests.integration.conftest import ServiceFactory
 from tests.support.spans import client_spans, global_provider
+from tests.support.streams import MemberStreamClient
 
 pytestmark = pytest.mark.integration
 
@@ -130,3 +131,41 @@ def test_traces_are_off_unless_the_standard_variables_ask() -> None:
         {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317"}
     )
     assert not tracing_wanted({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "console"})
+
+
+async def test_each_heartbeat_of_a_member_stream_gets_its_span_in_the_streams_trace(
+    start_service: ServiceFactory, exported: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    provider, exporter = exported
+    service = await start_service(tracer_provider=provider)
+    await service.stubs.create_topic("orders", 4)
+    with provider.get_tracer("task").start_as_current_span("spark.task") as task:
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+    stream = await MemberStreamClient.open(service.stubs.coordinator, metadata=tuple(carrier.items()))
+    try:
+        join = coordinator_pb2.ConsumerGroupHeartbeatRequest(
+            group_id="g",
+            member_id="m1",
+            member_epoch=0,
+            rebalance_timeout_ms=60_000,
+            subscribed_topic_names=common_pb2.StringList(values=["orders"]),
+            topic_partitions=common_pb2.TopicPartitionsList(),
+        )
+        joined = await stream.heartbeat(join)
+        await stream.heartbeat(
+            coordinator_pb2.ConsumerGroupHeartbeatRequest(
+                group_id="g", member_id="m1", member_epoch=joined.member_epoch
+            )
+        )
+    finally:
+        await stream.close()
+    spans = by_name(exporter.get_finished_spans(), HEARTBEAT)
+    # Both heartbeats, the one that changed nothing too (traces on: no answer without its span).
+    assert len(spans) == 2
+    for span in spans:
+        attributes = dict(span.attributes or {})
+        assert attributes["regroup.stream"] is True and attributes["regroup.member_id"] == "m1"
+        # The stream's metadata carries the trace context it was opened in.
+        assert span.context.trace_id == task.get_span_context().trace_id
+    assert dict(spans[0].attributes or {})["regroup.response.member_epoch"] == joined.member_epoch
