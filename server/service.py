@@ -448,7 +448,10 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
         if code in _KEEPS_MEMBER and response.member_epoch >= 0 and response.member_id:
             if key[1] != response.member_id:  # a join without an id: the id generated
                 key = (key[0], response.member_id)
-            self.streams.register(session, key)
+            if key not in session.members:
+                self.streams.register(session, key)
+                told_to_compute = code == common_pb2.COMPUTE_ASSIGNMENT
+                self.streams.catch_up(session, key, self._coordinator.groups.get(key[0]), told_to_compute)
         elif code in _DROPS_MEMBER or response.member_epoch < 0:
             self.streams.unregister(session, key)
         answer = coordinator_pb2.StreamHeartbeatResponse(correlation_id=correlation_id)

@@ -213,6 +213,25 @@ class StreamHub:
         by_member[member_id] = session
         session.members.add(key)
 
+    def catch_up(
+        self, session: StreamSession, key: MemberKey, group: Group | None, told_to_compute: bool
+    ) -> None:
+        """`session` has carried the member since the answer just queued (its first
+        heartbeat through it): nudge it if a change stored after the state that answer
+        gives concerns it. Such a change found it on no stream: heartbeats queued behind
+        a write are served as one batch and answered once it is stored, so a member of
+        the batch whose partitions a later one released, or whose target a later join
+        moved, would otherwise wait for its next interval. `group` is the group this
+        replica serves (None: not served here, nothing is known of its changes)."""
+        if group is None or key not in session.members or key in session.nudged:
+            return
+        reason = nudge_reason(group, key[1])
+        if reason is None or (reason is NudgeReason.COMPUTE_ASSIGNMENT and told_to_compute):
+            return
+        session.nudge(key, reason, group.group_epoch)
+        if reason is NudgeReason.MEMBER_REMOVED:
+            self.unregister(session, key)
+
     def unregister(self, session: StreamSession, key: MemberKey) -> None:
         if key in session.members:
             session.members.discard(key)

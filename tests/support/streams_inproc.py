@@ -5,11 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
 
+from regroup.reconciler import Record
+from regroup.server.memstore import MemoryStore
+from regroup.server.store import Fence, PreparedWrite
 from regroup.v1 import coordinator_pb2
+
+
+class GatedStore(MemoryStore):
+    """A memory store whose writes take a turn of the event loop, as a database's do, and
+    wait while `gate` is clear: heartbeats arriving meanwhile queue for the group's lock
+    and are served as one batch (server/writebatch.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite, fence: Fence) -> None:
+        await asyncio.sleep(0)
+        await self.gate.wait()
+        await super().append(group_id, records, fence)
 
 
 class UnaryContext:
@@ -112,6 +132,13 @@ class InProcessStream:
         answer = self.answers.pop(correlation_id)
         assert answer.HasField("consumer"), answer
         return answer.consumer
+
+    async def wait_for_nudges(self, within_s: float = 0.5) -> list[coordinator_pb2.Nudge]:
+        """The nudges received, waiting up to `within_s` for a first one (none: [])."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within_s):
+                await self._until(lambda: bool(self.nudges))
+        return self.take_nudges()
 
     def take_nudges(self) -> list[coordinator_pb2.Nudge]:
         self._collect()

@@ -6,18 +6,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import grpc
 import pytest
 
-from regroup.reconciler import Group, replay_all
-from regroup.reconciler.nudges import NudgeReason
+from regroup.reconciler import Group, GroupConfig, Topic, replay_all
+from regroup.reconciler.model import Computation
+from regroup.reconciler.nudges import NudgeReason, nudge_reason
+from regroup.reconciler.offsets import OffsetToCommit
 from regroup.reconciler.records import (
     CurrentAssignmentRecord,
     GroupMetadataRecord,
     Record,
     member_removal_records,
 )
+from regroup.server.clock import ManualClock
+from regroup.server.runtime import Coordinator
+from regroup.server.service import GroupCoordinatorService
 from regroup.server.streams import (
     COALESCE_ENOUGH,
     MAX_ITEMS_PER_MESSAGE,
@@ -28,8 +34,10 @@ from regroup.server.streams import (
     StreamLimits,
     StreamSession,
 )
-from regroup.v1 import coordinator_pb2
+from regroup.v1 import common_pb2, coordinator_pb2
 from tests.support.engine import EngineHarness, beat, join
+from tests.support.leases import MANUAL_LEASES
+from tests.support.streams_inproc import GatedStore, InProcessStream, UnaryContext
 
 G = "g"
 
@@ -261,6 +269,49 @@ def test_a_change_of_a_group_without_stream_members_does_nothing() -> None:
     assert s.nudged == set() and s.members == {("other", "x")}
 
 
+def test_a_member_a_stream_starts_carrying_is_nudged_for_what_changed_since_it_was_served() -> None:
+    h = waiting_pair()
+    hub = StreamHub()
+    s = hub.open()
+    acknowledge(h, "a")  # stored while b's heartbeat was being served, before b was carried
+    hub.register(s, key("b"))
+    hub.catch_up(s, key("b"), group(h), told_to_compute=False)
+    assert s._nudges == {key("b"): (NudgeReason.PARTITIONS_RELEASED, group(h).group_epoch)}
+    hub.catch_up(s, key("b"), group(h), told_to_compute=False)
+    assert s.nudged == {key("b")} and len(s._nudges) == 1, "once, until heard from"
+
+
+def test_a_member_a_stream_starts_carrying_is_not_nudged_for_what_its_answer_said() -> None:
+    h = waiting_pair()
+    hub = StreamHub()
+    s = hub.open()
+    hub.register(s, key("a"))
+    hub.register(s, key("b"))
+    hub.catch_up(s, key("a"), group(h), told_to_compute=False)  # revoking: nothing new
+    hub.catch_up(s, key("b"), group(h), told_to_compute=False)  # nothing released yet
+    assert s.nudged == set()
+    g = group(h).clone()
+    g.computation = Computation("b", "my-assignor", deadline_ms=10_000)
+    hub.catch_up(s, key("b"), g, told_to_compute=True)  # its answer was COMPUTE_ASSIGNMENT
+    assert s.nudged == set()
+    hub.catch_up(s, key("b"), g, told_to_compute=False)  # chosen after its answer
+    assert s._nudges == {key("b"): (NudgeReason.COMPUTE_ASSIGNMENT, g.group_epoch)}
+
+
+def test_a_member_a_stream_starts_carrying_that_is_gone_already_is_told_and_not_carried() -> None:
+    h = waiting_pair()
+    hub = StreamHub()
+    s = hub.open()
+    hub.register(s, key("gone"))
+    hub.catch_up(s, key("gone"), group(h), told_to_compute=False)
+    assert s._nudges == {key("gone"): (NudgeReason.MEMBER_REMOVED, group(h).group_epoch)}
+    assert s.members == set() and hub.members_of(G) == 0
+    # A group this replica does not serve (None): nothing is known, nothing is sent.
+    hub.register(s, key("x"))
+    hub.catch_up(s, key("x"), None, told_to_compute=False)
+    assert key("x") not in s.nudged and s.members == {key("x")}
+
+
 # -- what a stream's writer sends -----------------------------------------------------
 
 
@@ -378,3 +429,77 @@ async def test_a_busy_stream_waits_to_coalesce_unless_many_answers_wait(many: bo
     message = await writer
     assert message is not None
     assert len(message.responses) == (count if many else 2)
+
+
+# -- through the servicer, in-process -------------------------------------------------
+
+
+def request(
+    member_id: str, epoch: int, owns: set[int] | None = None
+) -> coordinator_pb2.ConsumerGroupHeartbeatRequest:
+    r = coordinator_pb2.ConsumerGroupHeartbeatRequest(group_id=G, member_id=member_id, member_epoch=epoch)
+    if epoch == 0:
+        r.rebalance_timeout_ms = 60_000
+        r.subscribed_topic_names.values.append("orders")
+    if owns is not None:
+        r.topic_partitions.SetInParent()
+        if owns:
+            r.topic_partitions.topics.add(topic_id="orders-id", partitions=sorted(owns))
+    return r
+
+
+async def test_a_member_batched_with_the_release_it_waits_for_on_its_first_stream_heartbeat_is_nudged() -> (
+    None
+):
+    """b waits for partitions a revokes. b's first heartbeat through a stream and a's
+    acknowledgement queue behind a write and are served in one batch, b's first: b's
+    answer says it still waits, and the release in the same batch was stored before the
+    stream carried b. The stream must still nudge b (it would wait for its next interval)."""
+    store = GatedStore()
+    clock = ManualClock()
+    coordinator = Coordinator(
+        store, GroupConfig(assignment_interval_ms=0), clock, run_timers=False, leases=MANUAL_LEASES
+    )
+    await store.put_topic(Topic("orders-id", "orders", 4))
+    await coordinator.start()
+    service = GroupCoordinatorService(coordinator)
+    stream: InProcessStream | None = None
+    try:
+
+        async def unary(r: coordinator_pb2.ConsumerGroupHeartbeatRequest) -> Any:
+            return await service.ConsumerGroupHeartbeat(r, UnaryContext())
+
+        a = await unary(request("a", 0, set()))
+        b = await unary(request("b", 0, set()))
+        revoking = await unary(request("a", a.member_epoch, {0, 1, 2, 3}))
+        kept = {p for t in revoking.assignment.topic_partitions for p in t.partitions}
+        assert len(kept) == 2
+        stream = await InProcessStream.open(service)
+
+        # A write holds the group's lock: what follows queues behind it.
+        store.gate.clear()
+        commit = asyncio.create_task(
+            coordinator.commit_offsets(G, "a", revoking.member_epoch, [OffsetToCommit("orders-id", 0, 5, "")])
+        )
+        await asyncio.sleep(0.01)
+        await stream.send_only(1, request("b", b.member_epoch))
+        await asyncio.sleep(0.01)
+        acknowledged = asyncio.create_task(unary(request("a", revoking.member_epoch, kept)))
+        await asyncio.sleep(0.01)
+        store.gate.set()
+        await commit
+        assert (await acknowledged).error_code == common_pb2.NONE
+        assert await stream._until(lambda: 1 in stream.answers)
+        answered = stream.answers.pop(1).consumer
+        assert answered.error_code == common_pb2.NONE and not answered.HasField("assignment")
+        assert nudge_reason(coordinator.groups[G], "b") is NudgeReason.PARTITIONS_RELEASED
+
+        nudges = await stream.wait_for_nudges()
+        assert [(n.member_id, n.reason) for n in nudges] == [("b", NudgeReason.PARTITIONS_RELEASED)]
+        # And the nudge was right: b's next heartbeat gets the released partitions.
+        moved = await stream.heartbeat(2, request("b", b.member_epoch))
+        assert moved is not None and moved.HasField("assignment")
+    finally:
+        if stream is not None:
+            await stream.close()
+        await coordinator.stop()
