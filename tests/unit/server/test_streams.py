@@ -37,7 +37,7 @@ from regroup.server.streams import (
 from regroup.v1 import common_pb2, coordinator_pb2
 from tests.support.engine import EngineHarness, beat, join
 from tests.support.leases import MANUAL_LEASES
-from tests.support.streams_inproc import GatedStore, InProcessStream, UnaryContext
+from tests.support.streams_inproc import GatedStore, InProcessStream, unary_context
 
 G = "g"
 
@@ -467,7 +467,7 @@ async def test_a_member_batched_with_the_release_it_waits_for_on_its_first_strea
     try:
 
         async def unary(r: coordinator_pb2.ConsumerGroupHeartbeatRequest) -> Any:
-            return await service.ConsumerGroupHeartbeat(r, UnaryContext())
+            return await service.ConsumerGroupHeartbeat(r, unary_context())
 
         a = await unary(request("a", 0, set()))
         b = await unary(request("b", 0, set()))
@@ -489,13 +489,14 @@ async def test_a_member_batched_with_the_release_it_waits_for_on_its_first_strea
         store.gate.set()
         await commit
         assert (await acknowledged).error_code == common_pb2.NONE
-        assert await stream._until(lambda: 1 in stream.answers)
-        answered = stream.answers.pop(1).consumer
+        answered = await stream.answer(1)
+        assert answered is not None
         assert answered.error_code == common_pb2.NONE and not answered.HasField("assignment")
         assert nudge_reason(coordinator.groups[G], "b") is NudgeReason.PARTITIONS_RELEASED
 
         nudges = await stream.wait_for_nudges()
-        assert [(n.member_id, n.reason) for n in nudges] == [("b", NudgeReason.PARTITIONS_RELEASED)]
+        released = coordinator_pb2.NUDGE_REASON_PARTITIONS_RELEASED
+        assert [(n.member_id, n.reason) for n in nudges] == [("b", released)]
         # And the nudge was right: b's next heartbeat gets the released partitions.
         moved = await stream.heartbeat(2, request("b", b.member_epoch))
         assert moved is not None and moved.HasField("assignment")
