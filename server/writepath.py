@@ -269,10 +269,7 @@ class GroupWriter:
             started = time.perf_counter()
             outcome, op_now_ms = op(group, ctx), ctx.now_ms
             if isinstance(outcome, Result) and not outcome.records:
-                self.apply_timers(group_id, outcome.timers, op_now_ms)
-                if cause in HEARTBEAT_CAUSES:
-                    self.metrics.heartbeat(written=False)
-                return outcome.response
+                return self._answered_unchanged(group_id, outcome, cause, op_now_ms).response
             if isinstance(outcome, Result) and not computed_elsewhere:
                 self._note_inline_computation(outcome.records, started)
         if outcome is None and cause in HEARTBEAT_CAUSES and not computed_elsewhere:
@@ -368,7 +365,7 @@ class GroupWriter:
             log.emit(self.log)
             for bump in bumps:
                 self.metrics.epoch_bumped(bump)
-            self._keep(group_id, group, work, records, bumps)
+            self._keep(group_id, group, work, records, bumped=bool(bumps))
         for entry, result, now_ms in served:
             self.apply_timers(group_id, result.timers, now_ms)
             entry.resolve(result.response)
@@ -379,16 +376,20 @@ class GroupWriter:
         before: Group | None,
         after: Group | None,
         records: Sequence[Record],
-        bumps: list[str],
+        *,
+        bumped: bool,
     ) -> None:
-        """A stored batch's copy of the group becomes the group."""
+        """`after` (the group with the stored `records` replayed: `before` itself, or a
+        batch's copy of it; None once deleted) becomes the group, and whoever follows
+        its changes is told."""
         if after is None:
             self._forget(group_id)
         else:
             self.groups[group_id] = after
-            self.assigner.replaced(group_id, before, after)
+            if after is not before:
+                self.assigner.replaced(group_id, before, after)
             self.assigner.observe(group_id, after, records)
-            if bumps:
+            if bumped:
                 self._unsettled.setdefault(group_id, self.clock.wall_ms())
             if group_id in self._unsettled:
                 self._check_stable(group_id)
@@ -400,9 +401,9 @@ class GroupWriter:
     ) -> Result[T] | None:
         """`run`'s answer when it comes without awaiting: the group is idle and current,
         this replica serves it, and `op` succeeds without records (a heartbeat that
-        changes nothing), as the operation's result. None otherwise, with nothing done: the caller then
-        runs the operation through `run` (member streams answer most heartbeats of a
-        batch here, and only the others in tasks of their own)."""
+        changes nothing), as the operation's result. None otherwise, with nothing done:
+        the caller then runs the operation through `run` (member streams answer most
+        heartbeats of a batch here, and only the others in tasks of their own)."""
         if not self._locks.idle(group_id) or group_id in self._stale:
             return None
         try:
@@ -414,7 +415,11 @@ class GroupWriter:
             return None  # answered by `run`, which refuses alike
         if not isinstance(outcome, Result) or outcome.records:
             return None
-        self.apply_timers(group_id, outcome.timers, ctx.now_ms)
+        return self._answered_unchanged(group_id, outcome, cause, ctx.now_ms)
+
+    def _answered_unchanged(self, group_id: str, outcome: Result[T], cause: str, op_now_ms: int) -> Result[T]:
+        """An operation that stored nothing, answered on the spot: only its timers apply."""
+        self.apply_timers(group_id, outcome.timers, op_now_ms)
         if cause in HEARTBEAT_CAUSES:
             self.metrics.heartbeat(written=False)
         return outcome
@@ -502,17 +507,7 @@ class GroupWriter:
                 # Stored but not applicable: a bug. Reload from the store next time.
                 self._mark_stale(group_id, WriteInDoubt.of(result.records))
                 raise
-            if replayed is None:  # deleted
-                self._forget(group_id)
-            else:
-                self.groups[group_id] = replayed
-                self.assigner.observe(group_id, replayed, result.records)
-                if bump is not None:
-                    self._unsettled.setdefault(group_id, self.clock.wall_ms())
-                if group_id in self._unsettled:
-                    self._check_stable(group_id)
-            if self.on_written is not None:
-                self.on_written(group_id, replayed, result.records)
+            self._keep(group_id, group, replayed, result.records, bumped=bump is not None)
         self.apply_timers(group_id, result.timers, op_now_ms)
         return result.response
 

@@ -184,13 +184,10 @@ class StreamMux:
             return self._stream
         if not self.supported or self._clock() < self._retry_at:
             return None
-        if self._opening is None:
-            self._opening = asyncio.get_running_loop().create_future()
-            task = asyncio.create_task(self._open(self._opening), name="regroup-member-stream-open")
-            task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+        opening = self._opening or self._start_opening()
         try:
             async with asyncio.timeout(min(seconds, OPEN_TIMEOUT_S)):
-                await asyncio.shield(self._opening)
+                await asyncio.shield(opening)
         except TimeoutError:
             return None
         return self._stream
@@ -233,11 +230,12 @@ class StreamMux:
             log.info("the service has no member streams (an older server): heartbeats go unary")
             self.supported = False
             return
-        self._failures += 1
-        delay = backoff_s(self._failures, *self._backoff)
-        self._retry_at = self._clock() + delay
+        delay = self._back_off()
         log.warning(
-            "member stream could not open (%s: %s); unary heartbeats for %.2fs", code.name, details, delay
+            "member stream could not open (%s: %s); unary heartbeats, trying again in %.2fs",
+            code.name,
+            details,
+            delay,
         )
 
     async def _read(self, stream: _Stream) -> None:
@@ -292,20 +290,31 @@ class StreamMux:
         if code == grpc.StatusCode.UNIMPLEMENTED:
             self.supported = False
             return
+        delay = self._back_off()
+        log.warning("%s; unary heartbeats, a new stream in %.2fs", why, delay)
+
+    def _back_off(self) -> float:
+        """No stream for a while: heartbeats go unary until it is reopened, which happens
+        without waiting for a heartbeat (the members' nudges come through the stream
+        their heartbeats last took, and they may heartbeat only every interval)."""
         self._failures += 1
         delay = backoff_s(self._failures, *self._backoff)
         self._retry_at = self._clock() + delay
-        log.warning("%s; unary heartbeats, a new stream in %.2fs", why, delay)
-        # Reopened without waiting for a heartbeat: the members' nudges come through the
-        # stream their heartbeats last took, and they may heartbeat only every interval.
+        if self._reopen_timer is not None:
+            self._reopen_timer.cancel()
         self._reopen_timer = asyncio.get_running_loop().call_later(delay, self._reopen)
+        return delay
 
     def _reopen(self) -> None:
         self._reopen_timer = None
         if self._stream is None and self._opening is None and self.supported and not self._closed:
-            self._opening = asyncio.get_running_loop().create_future()
-            task = asyncio.create_task(self._open(self._opening), name="regroup-member-stream-open")
-            task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+            self._start_opening()
+
+    def _start_opening(self) -> asyncio.Future[bool]:
+        opening = self._opening = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._open(opening), name="regroup-member-stream-open")
+        task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+        return opening
 
     async def close(self) -> None:
         self._closed = True
