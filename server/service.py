@@ -93,26 +93,33 @@ def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
 
     async def guarded(self: Any, gate: Access, request: Req, context: Ctx) -> Resp:
         """The call, made by its principal, if the principal may make it (see server/access.py)."""
-        rule = access.RULES[(self.SERVICE, name)]
         try:
             caller = gate.caller(context)
         except Unauthenticated as e:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
             raise  # unreachable: abort raises
         except ApiError as e:  # an untrusted claim to be a replica
-            refusal: ApiError | None = e
-        else:
-            refusal = _request_refusal(rule, caller, request, self._coordinator)
-        if refusal is not None:
-            refused: Resp = await _refused(self.SERVICE, name, request, context, refusal)
+            refused: Resp = await _refused(self.SERVICE, name, request, context, e)
             return refused
-        token = access.enter(caller)
-        try:
-            return await method(self, request, context)
-        finally:
-            access.leave(token)
+        return await _served_as(self, name, caller, request, context, method)
 
     return wrapper
+
+
+async def _served_as(
+    service: Any, name: str, caller: Caller, request: Req, context: Ctx, method: Handler[Req, Resp]
+) -> Resp:
+    """`method` run as `caller`, if the call's rule lets the caller make it (`request` rules;
+    handlers check the items of `items` ones); else the refusal, with nothing done."""
+    refusal = _request_refusal(access.RULES[(service.SERVICE, name)], caller, request, service._coordinator)
+    if refusal is not None:
+        refused: Resp = await _refused(service.SERVICE, name, request, context, refusal)
+        return refused
+    token = access.enter(caller)
+    try:
+        return await method(service, request, context)
+    finally:
+        access.leave(token)
 
 
 def _request_refusal(rule: Rule, caller: Caller, request: Any, coordinator: Coordinator) -> ApiError | None:
@@ -415,29 +422,24 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
     async def _stream_heartbeat(
         self, name: str, request: Any, context: Ctx, caller: Caller | None, refused_all: ApiError | None
     ) -> Any:
-        response_type = _HEARTBEAT_RESPONSE[name]
-        if refused_all is not None:
-            return response_type(member_id=request.member_id, **_error_fields(refused_all))
-        token = None
-        if caller is not None:
-            refused = _request_refusal(access.RULES[(self.SERVICE, name)], caller, request, self._coordinator)
-            if refused is not None:
-                return response_type(member_id=request.member_id, **_error_fields(refused))
-            token = access.enter(caller)
         # The unary handler as `forwardable` wraps it (`internal_errors` is the stream's).
         handler = getattr(type(self), name).__wrapped__
-        try:
-            tracer = self._coordinator.writer.tracer
-            if tracer is None:
-                return await handler(self, request, context)
-            with _server_span(tracer, self.SERVICE, name, request, context, stream=True) as span:
-                response = await handler(self, request, context)
-                span.set_attribute("regroup.error_code", int(response.error_code))
-                span.set_attribute("regroup.response.member_epoch", response.member_epoch)
-                return response
-        finally:
-            if token is not None:
-                access.leave(token)
+
+        async def guarded(service: Any, request: Any, context: Ctx) -> Any:
+            if refused_all is not None:
+                return await _refused(service.SERVICE, name, request, context, refused_all)
+            if caller is None:
+                return await handler(service, request, context)
+            return await _served_as(service, name, caller, request, context, handler)
+
+        tracer = self._coordinator.writer.tracer
+        if tracer is None:
+            return await guarded(self, request, context)
+        with _server_span(tracer, self.SERVICE, name, request, context, stream=True) as span:
+            response = await guarded(self, request, context)
+            span.set_attribute("regroup.error_code", int(response.error_code))
+            span.set_attribute("regroup.response.member_epoch", response.member_epoch)
+            return response
 
     def _stream_answered(
         self, session: StreamSession, correlation_id: int, kind: str, key: MemberKey, response: Any
@@ -918,12 +920,8 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         return admin_pb2.PutConnectorsResponse(group_epoch=epoch)
 
 
-#: The unary RPC, and its response type, of each kind of stream heartbeat.
+#: The unary RPC of each kind of stream heartbeat.
 _HEARTBEAT_RPC = {"consumer": "ConsumerGroupHeartbeat", "connect": "ConnectGroupHeartbeat"}
-_HEARTBEAT_RESPONSE: dict[str, Any] = {
-    "ConsumerGroupHeartbeat": coordinator_pb2.ConsumerGroupHeartbeatResponse,
-    "ConnectGroupHeartbeat": coordinator_pb2.ConnectGroupHeartbeatResponse,
-}
 #: Answers after which a member is in the group (its changes are pushed), or is not.
 _KEEPS_MEMBER = frozenset({common_pb2.NONE, common_pb2.COMPUTE_ASSIGNMENT})
 _DROPS_MEMBER = frozenset(
