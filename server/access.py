@@ -119,6 +119,10 @@ RULES: dict[tuple[str, str], Rule] = {
     ("regroup.v1.GroupAdmin", "DescribeGroups"): Rule("describe", "group", "items"),
     ("regroup.v1.GroupAdmin", "DeleteGroups"): Rule("admin", "group", "items"),
     ("regroup.v1.GroupAdmin", "PutConnectors"): Rule("admin", "group", "request"),
+    ("regroup.v1.GroupAdmin", "ListGroupEvents"): Rule("describe", "group", "request"),
+    ("regroup.v1.GroupAdmin", "WatchGroup"): Rule("describe", "group", "request"),
+    ("regroup.v1.GroupAdmin", "DrainMember"): Rule("admin", "group", "request"),
+    ("regroup.v1.GroupAdmin", "ResetOffsets"): Rule("admin", "group", "request"),
 }
 
 

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from regroup.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -18,6 +19,152 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _GroupEventType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _GroupEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GroupEventType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    GROUP_EVENT_TYPE_UNSPECIFIED: _GroupEventType.ValueType  # 0
+    GROUP_EVENT_TYPE_GROUP_CREATED: _GroupEventType.ValueType  # 1
+    """The group was created (its first member joined, or an admin call created it)."""
+    GROUP_EVENT_TYPE_GROUP_DELETED: _GroupEventType.ValueType  # 2
+    """The group was deleted (DeleteGroups)."""
+    GROUP_EVENT_TYPE_MEMBER_JOINED: _GroupEventType.ValueType  # 3
+    """A member joined: member_id, instance_id, member_epoch."""
+    GROUP_EVENT_TYPE_MEMBER_LEFT: _GroupEventType.ValueType  # 4
+    """A member left (a heartbeat with member epoch -1)."""
+    GROUP_EVENT_TYPE_MEMBER_LEFT_TEMPORARILY: _GroupEventType.ValueType  # 5
+    """A static member left temporarily (member epoch -2): it keeps its
+    assignment for its session timeout, and rejoining with the same
+    instance id takes it back without a rebalance.
+    """
+    GROUP_EVENT_TYPE_MEMBER_FENCED: _GroupEventType.ValueType  # 6
+    """A member was removed by the coordinator; reason says why
+    (static_member_replaced, ...).
+    """
+    GROUP_EVENT_TYPE_SESSION_EXPIRED: _GroupEventType.ValueType  # 7
+    """A member's session expired: it was removed."""
+    GROUP_EVENT_TYPE_REBALANCE_TIMED_OUT: _GroupEventType.ValueType  # 8
+    """A member did not revoke in its rebalance timeout: it was removed."""
+    GROUP_EVENT_TYPE_SUBSCRIPTION_CHANGED: _GroupEventType.ValueType  # 9
+    """A member's subscription (topic names or regex) changed."""
+    GROUP_EVENT_TYPE_ASSIGNOR_CHANGED: _GroupEventType.ValueType  # 10
+    """A member's server assignor or client-side assignors changed."""
+    GROUP_EVENT_TYPE_TOPIC_CREATED: _GroupEventType.ValueType  # 11
+    """A topic the group subscribes to was created, grown or deleted:
+    topic_name, partition_count (after; 0 once deleted).
+    """
+    GROUP_EVENT_TYPE_TOPIC_GROWN: _GroupEventType.ValueType  # 12
+    GROUP_EVENT_TYPE_TOPIC_DELETED: _GroupEventType.ValueType  # 13
+    GROUP_EVENT_TYPE_GROUP_EPOCH_BUMPED: _GroupEventType.ValueType  # 14
+    """The group epoch was bumped (group_epoch, previous_group_epoch); reason
+    names the cause: member_joined, member_left, member_fenced,
+    session_expired, rebalance_timed_out, member_metadata_changed,
+    topics_changed, connectors_changed, member_draining, member_undrained.
+    """
+    GROUP_EVENT_TYPE_TARGET_COMPUTED: _GroupEventType.ValueType  # 15
+    """A target assignment was computed for group_epoch: assignor, duration_ms
+    (0 when not measured), partitions_moved (partitions whose target owner
+    changed, counting new and removed ones).
+    """
+    GROUP_EVENT_TYPE_MEMBER_RECONCILED: _GroupEventType.ValueType  # 16
+    """A member reached the target assignment's epoch (member_epoch)."""
+    GROUP_EVENT_TYPE_GROUP_STABLE: _GroupEventType.ValueType  # 17
+    """Every member reached the target: duration_ms since the epoch bump (0
+    when the bump happened before this replica served the group).
+    """
+    GROUP_EVENT_TYPE_ASSIGNMENT_INSTALLED: _GroupEventType.ValueType  # 18
+    """Client-side assignment: a member's InstallAssignment was installed
+    (member_id, assignor, group_epoch) or refused (reason, message).
+    """
+    GROUP_EVENT_TYPE_ASSIGNMENT_REFUSED: _GroupEventType.ValueType  # 19
+    GROUP_EVENT_TYPE_OFFSETS_RESET: _GroupEventType.ValueType  # 20
+    """ResetOffsets changed committed offsets (partition_count partitions;
+    reason: to_offset, shift_by or delete).
+    """
+    GROUP_EVENT_TYPE_CONNECTORS_CHANGED: _GroupEventType.ValueType  # 21
+    """A Connect group's connectors changed (PutConnectors)."""
+    GROUP_EVENT_TYPE_MEMBER_DRAINING: _GroupEventType.ValueType  # 22
+    """DrainMember: the member started draining, owns nothing any more
+    (drained), or was put back in service (undrained).
+    """
+    GROUP_EVENT_TYPE_MEMBER_DRAINED: _GroupEventType.ValueType  # 23
+    GROUP_EVENT_TYPE_MEMBER_UNDRAINED: _GroupEventType.ValueType  # 24
+
+class GroupEventType(_GroupEventType, metaclass=_GroupEventTypeEnumTypeWrapper):
+    """What happened to a group. Each event's reason says why in a word that
+    scripts can match; message says it in a sentence.
+    """
+
+GROUP_EVENT_TYPE_UNSPECIFIED: GroupEventType.ValueType  # 0
+GROUP_EVENT_TYPE_GROUP_CREATED: GroupEventType.ValueType  # 1
+"""The group was created (its first member joined, or an admin call created it)."""
+GROUP_EVENT_TYPE_GROUP_DELETED: GroupEventType.ValueType  # 2
+"""The group was deleted (DeleteGroups)."""
+GROUP_EVENT_TYPE_MEMBER_JOINED: GroupEventType.ValueType  # 3
+"""A member joined: member_id, instance_id, member_epoch."""
+GROUP_EVENT_TYPE_MEMBER_LEFT: GroupEventType.ValueType  # 4
+"""A member left (a heartbeat with member epoch -1)."""
+GROUP_EVENT_TYPE_MEMBER_LEFT_TEMPORARILY: GroupEventType.ValueType  # 5
+"""A static member left temporarily (member epoch -2): it keeps its
+assignment for its session timeout, and rejoining with the same
+instance id takes it back without a rebalance.
+"""
+GROUP_EVENT_TYPE_MEMBER_FENCED: GroupEventType.ValueType  # 6
+"""A member was removed by the coordinator; reason says why
+(static_member_replaced, ...).
+"""
+GROUP_EVENT_TYPE_SESSION_EXPIRED: GroupEventType.ValueType  # 7
+"""A member's session expired: it was removed."""
+GROUP_EVENT_TYPE_REBALANCE_TIMED_OUT: GroupEventType.ValueType  # 8
+"""A member did not revoke in its rebalance timeout: it was removed."""
+GROUP_EVENT_TYPE_SUBSCRIPTION_CHANGED: GroupEventType.ValueType  # 9
+"""A member's subscription (topic names or regex) changed."""
+GROUP_EVENT_TYPE_ASSIGNOR_CHANGED: GroupEventType.ValueType  # 10
+"""A member's server assignor or client-side assignors changed."""
+GROUP_EVENT_TYPE_TOPIC_CREATED: GroupEventType.ValueType  # 11
+"""A topic the group subscribes to was created, grown or deleted:
+topic_name, partition_count (after; 0 once deleted).
+"""
+GROUP_EVENT_TYPE_TOPIC_GROWN: GroupEventType.ValueType  # 12
+GROUP_EVENT_TYPE_TOPIC_DELETED: GroupEventType.ValueType  # 13
+GROUP_EVENT_TYPE_GROUP_EPOCH_BUMPED: GroupEventType.ValueType  # 14
+"""The group epoch was bumped (group_epoch, previous_group_epoch); reason
+names the cause: member_joined, member_left, member_fenced,
+session_expired, rebalance_timed_out, member_metadata_changed,
+topics_changed, connectors_changed, member_draining, member_undrained.
+"""
+GROUP_EVENT_TYPE_TARGET_COMPUTED: GroupEventType.ValueType  # 15
+"""A target assignment was computed for group_epoch: assignor, duration_ms
+(0 when not measured), partitions_moved (partitions whose target owner
+changed, counting new and removed ones).
+"""
+GROUP_EVENT_TYPE_MEMBER_RECONCILED: GroupEventType.ValueType  # 16
+"""A member reached the target assignment's epoch (member_epoch)."""
+GROUP_EVENT_TYPE_GROUP_STABLE: GroupEventType.ValueType  # 17
+"""Every member reached the target: duration_ms since the epoch bump (0
+when the bump happened before this replica served the group).
+"""
+GROUP_EVENT_TYPE_ASSIGNMENT_INSTALLED: GroupEventType.ValueType  # 18
+"""Client-side assignment: a member's InstallAssignment was installed
+(member_id, assignor, group_epoch) or refused (reason, message).
+"""
+GROUP_EVENT_TYPE_ASSIGNMENT_REFUSED: GroupEventType.ValueType  # 19
+GROUP_EVENT_TYPE_OFFSETS_RESET: GroupEventType.ValueType  # 20
+"""ResetOffsets changed committed offsets (partition_count partitions;
+reason: to_offset, shift_by or delete).
+"""
+GROUP_EVENT_TYPE_CONNECTORS_CHANGED: GroupEventType.ValueType  # 21
+"""A Connect group's connectors changed (PutConnectors)."""
+GROUP_EVENT_TYPE_MEMBER_DRAINING: GroupEventType.ValueType  # 22
+"""DrainMember: the member started draining, owns nothing any more
+(drained), or was put back in service (undrained).
+"""
+GROUP_EVENT_TYPE_MEMBER_DRAINED: GroupEventType.ValueType  # 23
+GROUP_EVENT_TYPE_MEMBER_UNDRAINED: GroupEventType.ValueType  # 24
+Global___GroupEventType: _TypeAlias = GroupEventType  # noqa: Y015
 
 @_typing.final
 class CreatableTopic(_message.Message):
@@ -572,6 +719,7 @@ class DescribedMember(_message.Message):
     CONNECT_ASSIGNMENT_FIELD_NUMBER: _builtins.int
     CONNECT_TARGET_ASSIGNMENT_FIELD_NUMBER: _builtins.int
     CONNECT_PENDING_REVOCATION_FIELD_NUMBER: _builtins.int
+    DRAIN_STATE_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     instance_id: _builtins.str
     rack_id: _builtins.str
@@ -587,6 +735,10 @@ class DescribedMember(_message.Message):
     url: _builtins.str
     """Connect groups: the worker URL, and the connectors/tasks it owns, is
     targeted with, and has yet to revoke.
+    """
+    drain_state: _builtins.str
+    """"" when in service; DRAINING while a DrainMember'd member still owns (or
+    is owed the revocation of) something; DRAINED once it owns nothing.
     """
     @_builtins.property
     def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -635,10 +787,11 @@ class DescribedMember(_message.Message):
         connect_assignment: _common_pb2.ConnectorsAndTasks | None = ...,
         connect_target_assignment: _common_pb2.ConnectorsAndTasks | None = ...,
         connect_pending_revocation: _common_pb2.ConnectorsAndTasks | None = ...,
+        drain_state: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "connect_assignment", b"connect_assignment", "connect_pending_revocation", b"connect_pending_revocation", "connect_target_assignment", b"connect_target_assignment", "pending_revocation", b"pending_revocation", "target_assignment", b"target_assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_assignors", b"client_assignors", "client_host", b"client_host", "client_id", b"client_id", "connect_assignment", b"connect_assignment", "connect_pending_revocation", b"connect_pending_revocation", "connect_target_assignment", b"connect_target_assignment", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "member_state", b"member_state", "pending_revocation", b"pending_revocation", "previous_member_epoch", b"previous_member_epoch", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment", "url", b"url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_assignors", b"client_assignors", "client_host", b"client_host", "client_id", b"client_id", "connect_assignment", b"connect_assignment", "connect_pending_revocation", b"connect_pending_revocation", "connect_target_assignment", b"connect_target_assignment", "drain_state", b"drain_state", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "member_state", b"member_state", "pending_revocation", b"pending_revocation", "previous_member_epoch", b"previous_member_epoch", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment", "url", b"url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -876,3 +1029,431 @@ class PutConnectorsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PutConnectorsResponse: _TypeAlias = PutConnectorsResponse  # noqa: Y015
+
+@_typing.final
+class GroupEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    PREVIOUS_GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    TOPIC_NAME_FIELD_NUMBER: _builtins.int
+    PARTITION_COUNT_FIELD_NUMBER: _builtins.int
+    ASSIGNOR_FIELD_NUMBER: _builtins.int
+    DURATION_MS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_MOVED_FIELD_NUMBER: _builtins.int
+    sequence: _builtins.int
+    """Increasing within a group (and across the coordinator's groups); not
+    contiguous. A cursor for ListGroupEvents.
+    """
+    timestamp_ms: _builtins.int
+    """When, in the coordinator's wall-clock epoch milliseconds."""
+    type: Global___GroupEventType.ValueType
+    reason: _builtins.str
+    """Why, as one lower_snake_case word (see GroupEventType); may be empty."""
+    message: _builtins.str
+    """A sentence for people."""
+    group_epoch: _builtins.int
+    """The group epoch after the event, and the one before for a bump."""
+    previous_group_epoch: _builtins.int
+    member_id: _builtins.str
+    """The member the event is about, if any."""
+    instance_id: _builtins.str
+    member_epoch: _builtins.int
+    topic_name: _builtins.str
+    """Topic events."""
+    partition_count: _builtins.int
+    assignor: _builtins.str
+    """Target and installation events."""
+    duration_ms: _builtins.int
+    partitions_moved: _builtins.int
+    def __init__(
+        self,
+        *,
+        sequence: _builtins.int = ...,
+        timestamp_ms: _builtins.int = ...,
+        type: Global___GroupEventType.ValueType = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+        group_epoch: _builtins.int = ...,
+        previous_group_epoch: _builtins.int = ...,
+        member_id: _builtins.str = ...,
+        instance_id: _builtins.str = ...,
+        member_epoch: _builtins.int = ...,
+        topic_name: _builtins.str = ...,
+        partition_count: _builtins.int = ...,
+        assignor: _builtins.str = ...,
+        duration_ms: _builtins.int = ...,
+        partitions_moved: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignor", b"assignor", "duration_ms", b"duration_ms", "group_epoch", b"group_epoch", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "message", b"message", "partition_count", b"partition_count", "partitions_moved", b"partitions_moved", "previous_group_epoch", b"previous_group_epoch", "reason", b"reason", "sequence", b"sequence", "timestamp_ms", b"timestamp_ms", "topic_name", b"topic_name", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupEvent: _TypeAlias = GroupEvent  # noqa: Y015
+
+@_typing.final
+class ListGroupEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    BEFORE_SEQUENCE_FIELD_NUMBER: _builtins.int
+    SINCE_MS_FIELD_NUMBER: _builtins.int
+    UNTIL_MS_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    OLDEST_FIRST_FIELD_NUMBER: _builtins.int
+    TYPES_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    after_sequence: _builtins.int
+    """Only events with sequence > after_sequence (0: no bound) and
+    < before_sequence (0: no bound): page with the last sequence received.
+    """
+    before_sequence: _builtins.int
+    since_ms: _builtins.int
+    """Only events at or after since_ms and before until_ms (wall-clock epoch
+    ms; 0: no bound).
+    """
+    until_ms: _builtins.int
+    limit: _builtins.int
+    """At most this many events (0: 100; at most 10000)."""
+    oldest_first: _builtins.bool
+    """Oldest first instead of newest first."""
+    @_builtins.property
+    def types(self) -> _containers.RepeatedScalarFieldContainer[Global___GroupEventType.ValueType]:
+        """Only events of these types (empty: all)."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        after_sequence: _builtins.int = ...,
+        before_sequence: _builtins.int = ...,
+        since_ms: _builtins.int = ...,
+        until_ms: _builtins.int = ...,
+        limit: _builtins.int = ...,
+        oldest_first: _builtins.bool = ...,
+        types: _abc.Iterable[Global___GroupEventType.ValueType] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "before_sequence", b"before_sequence", "group_id", b"group_id", "limit", b"limit", "oldest_first", b"oldest_first", "since_ms", b"since_ms", "types", b"types", "until_ms", b"until_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupEventsRequest: _TypeAlias = ListGroupEventsRequest  # noqa: Y015
+
+@_typing.final
+class ListGroupEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    more: _builtins.bool
+    """More events match beyond limit: ask again from the last sequence."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupEvent]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        events: _abc.Iterable[Global___GroupEvent] | None = ...,
+        more: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "events", b"events", "more", b"more"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupEventsResponse: _TypeAlias = ListGroupEventsResponse  # noqa: Y015
+
+@_typing.final
+class WatchGroupRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
+    DESCRIPTIONS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    history: _builtins.int
+    """Send the group's last `history` events (oldest first) in the first
+    message (0: none; at most 1000).
+    """
+    descriptions: _builtins.bool
+    """Send a fresh description with every message, not only the first."""
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        history: _builtins.int = ...,
+        descriptions: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["descriptions", b"descriptions", "group_id", b"group_id", "history", b"history"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchGroupRequest: _TypeAlias = WatchGroupRequest  # noqa: Y015
+
+@_typing.final
+class WatchGroupResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def description(self) -> Global___DescribedGroup:
+        """The group after this message's events: in the first message (its
+        error_code says GROUP_ID_NOT_FOUND while the group does not exist; the
+        stream goes on and reports it once created), and in every message when
+        descriptions was asked. NOT_COORDINATOR ends the stream.
+        """
+
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupEvent]:
+        """New events, oldest first, without gaps or repeats while the stream lasts."""
+
+    def __init__(
+        self,
+        *,
+        description: Global___DescribedGroup | None = ...,
+        events: _abc.Iterable[Global___GroupEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["description", b"description"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchGroupResponse: _TypeAlias = WatchGroupResponse  # noqa: Y015
+
+@_typing.final
+class DrainMemberRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    UNDRAIN_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    """The member, by member id or by instance id (a static member: draining
+    stays when it rejoins with the same instance id).
+    """
+    instance_id: _builtins.str
+    undrain: _builtins.bool
+    """Put the member back in service instead."""
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        instance_id: _builtins.str = ...,
+        undrain: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "instance_id", b"instance_id", "member_id", b"member_id", "undrain", b"undrain"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainMemberRequest: _TypeAlias = DrainMemberRequest  # noqa: Y015
+
+@_typing.final
+class DrainMemberResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    DRAIN_STATE_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    member_id: _builtins.str
+    drain_state: _builtins.str
+    """DRAINING, DRAINED, or "" after undrain."""
+    group_epoch: _builtins.int
+    """The group epoch after the change."""
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the group."""
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+        drain_state: _builtins.str = ...,
+        group_epoch: _builtins.int = ...,
+        coordinator_address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_address", b"coordinator_address", "drain_state", b"drain_state", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "member_id", b"member_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainMemberResponse: _TypeAlias = DrainMemberResponse  # noqa: Y015
+
+@_typing.final
+class ResetOffsetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Topic(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        NAME_FIELD_NUMBER: _builtins.int
+        TOPIC_ID_FIELD_NUMBER: _builtins.int
+        PARTITIONS_FIELD_NUMBER: _builtins.int
+        name: _builtins.str
+        """By name or by id."""
+        topic_id: _builtins.str
+        @_builtins.property
+        def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+            """Empty: every partition of the topic (to_offset, delete), or every
+            partition with a committed offset (shift_by).
+            """
+
+        def __init__(
+            self,
+            *,
+            name: _builtins.str = ...,
+            topic_id: _builtins.str = ...,
+            partitions: _abc.Iterable[_builtins.int] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions", "topic_id", b"topic_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TO_OFFSET_FIELD_NUMBER: _builtins.int
+    SHIFT_BY_FIELD_NUMBER: _builtins.int
+    DELETE_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    to_offset: _builtins.int
+    """Set each partition's offset to this (>= 0)."""
+    shift_by: _builtins.int
+    """Move each committed offset by this (negative: back), not below 0;
+    partitions with no committed offset are left as they are.
+    """
+    delete: _builtins.bool
+    """Delete the committed offsets."""
+    dry_run: _builtins.bool
+    """Answer the plan; change nothing."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResetOffsetsRequest.Topic]:
+        """Empty: every topic the group has committed offsets for."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        topics: _abc.Iterable[Global___ResetOffsetsRequest.Topic] | None = ...,
+        to_offset: _builtins.int = ...,
+        shift_by: _builtins.int = ...,
+        delete: _builtins.bool = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "reset", b"reset", "shift_by", b"shift_by", "to_offset", b"to_offset"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete", b"delete", "dry_run", b"dry_run", "group_id", b"group_id", "reset", b"reset", "shift_by", b"shift_by", "to_offset", b"to_offset", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_reset: _TypeAlias = _typing.Literal["to_offset", "shift_by", "delete"]  # noqa: Y015
+    _WhichOneofArgType_reset: _TypeAlias = _typing.Literal["reset", b"reset"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_reset) -> _WhichOneofReturnType_reset | None: ...
+
+Global___ResetOffsetsRequest: _TypeAlias = ResetOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class ResetOffsetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Partition(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TOPIC_NAME_FIELD_NUMBER: _builtins.int
+        TOPIC_ID_FIELD_NUMBER: _builtins.int
+        PARTITION_FIELD_NUMBER: _builtins.int
+        CURRENT_OFFSET_FIELD_NUMBER: _builtins.int
+        NEW_OFFSET_FIELD_NUMBER: _builtins.int
+        ERROR_CODE_FIELD_NUMBER: _builtins.int
+        ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+        topic_name: _builtins.str
+        topic_id: _builtins.str
+        partition: _builtins.int
+        current_offset: _builtins.int
+        """-1: nothing committed."""
+        new_offset: _builtins.int
+        """-1: deleted (or left without an offset)."""
+        error_code: _common_pb2.ErrorCode.ValueType
+        error_message: _builtins.str
+        def __init__(
+            self,
+            *,
+            topic_name: _builtins.str = ...,
+            topic_id: _builtins.str = ...,
+            partition: _builtins.int = ...,
+            current_offset: _builtins.int = ...,
+            new_offset: _builtins.int = ...,
+            error_code: _common_pb2.ErrorCode.ValueType = ...,
+            error_message: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["current_offset", b"current_offset", "error_code", b"error_code", "error_message", b"error_message", "new_offset", b"new_offset", "partition", b"partition", "topic_id", b"topic_id", "topic_name", b"topic_name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
+    error_code: _common_pb2.ErrorCode.ValueType
+    """NON_EMPTY_GROUP while the group has members; nothing changed then."""
+    error_message: _builtins.str
+    applied: _builtins.bool
+    """True when the plan was stored (false with dry_run or an error)."""
+    coordinator_address: _builtins.str
+    """Set only with NOT_COORDINATOR: host:port of the replica that owns the group."""
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResetOffsetsResponse.Partition]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _common_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___ResetOffsetsResponse.Partition] | None = ...,
+        applied: _builtins.bool = ...,
+        coordinator_address: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResetOffsetsResponse: _TypeAlias = ResetOffsetsResponse  # noqa: Y015

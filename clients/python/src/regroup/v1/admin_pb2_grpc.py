@@ -79,6 +79,26 @@ class GroupAdminStub:
                 request_serializer=regroup_dot_v1_dot_admin__pb2.PutConnectorsRequest.SerializeToString,
                 response_deserializer=regroup_dot_v1_dot_admin__pb2.PutConnectorsResponse.FromString,
                 _registered_method=True)
+        self.ListGroupEvents = channel.unary_unary(
+                '/regroup.v1.GroupAdmin/ListGroupEvents',
+                request_serializer=regroup_dot_v1_dot_admin__pb2.ListGroupEventsRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_admin__pb2.ListGroupEventsResponse.FromString,
+                _registered_method=True)
+        self.WatchGroup = channel.unary_stream(
+                '/regroup.v1.GroupAdmin/WatchGroup',
+                request_serializer=regroup_dot_v1_dot_admin__pb2.WatchGroupRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_admin__pb2.WatchGroupResponse.FromString,
+                _registered_method=True)
+        self.DrainMember = channel.unary_unary(
+                '/regroup.v1.GroupAdmin/DrainMember',
+                request_serializer=regroup_dot_v1_dot_admin__pb2.DrainMemberRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_admin__pb2.DrainMemberResponse.FromString,
+                _registered_method=True)
+        self.ResetOffsets = channel.unary_unary(
+                '/regroup.v1.GroupAdmin/ResetOffsets',
+                request_serializer=regroup_dot_v1_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
+                response_deserializer=regroup_dot_v1_dot_admin__pb2.ResetOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class GroupAdminServicer:
@@ -152,6 +172,47 @@ class GroupAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroupEvents(self, request, context):
+        """A group's history: the events of its changes, each with its reason, stored
+        in the same transaction as the change (newest first unless asked
+        otherwise). Served by any replica, also for a deleted group, within the
+        retention (REGROUP_HISTORY_MAX_EVENTS, REGROUP_HISTORY_MAX_AGE_MS).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchGroup(self, request, context):
+        """A live view of a group: its description, then its events as they happen
+        (and a fresh description with them when asked). Served by the replica
+        that owns the group; another answers NOT_COORDINATOR in the first
+        message's description and ends the stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainMember(self, request, context):
+        """Takes a member out of service without losing work: it stays in the group
+        and keeps heartbeating, but the assignor gives it nothing, so its
+        partitions are revoked first and reassigned with the usual protocol.
+        DescribeGroups shows it DRAINING, then DRAINED once it owns nothing.
+        With undrain, puts it back in service.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResetOffsets(self, request, context):
+        """Resets a group's committed offsets (to an offset, shifted by N, or
+        deleted), per topic or partition, while the group has no members; with
+        dry_run, answers the plan and changes nothing (Kafka's
+        kafka-consumer-groups --reset-offsets --dry-run).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GroupAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +255,26 @@ def add_GroupAdminServicer_to_server(servicer, server):
                     servicer.PutConnectors,
                     request_deserializer=regroup_dot_v1_dot_admin__pb2.PutConnectorsRequest.FromString,
                     response_serializer=regroup_dot_v1_dot_admin__pb2.PutConnectorsResponse.SerializeToString,
+            ),
+            'ListGroupEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroupEvents,
+                    request_deserializer=regroup_dot_v1_dot_admin__pb2.ListGroupEventsRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_admin__pb2.ListGroupEventsResponse.SerializeToString,
+            ),
+            'WatchGroup': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchGroup,
+                    request_deserializer=regroup_dot_v1_dot_admin__pb2.WatchGroupRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_admin__pb2.WatchGroupResponse.SerializeToString,
+            ),
+            'DrainMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainMember,
+                    request_deserializer=regroup_dot_v1_dot_admin__pb2.DrainMemberRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_admin__pb2.DrainMemberResponse.SerializeToString,
+            ),
+            'ResetOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffsets,
+                    request_deserializer=regroup_dot_v1_dot_admin__pb2.ResetOffsetsRequest.FromString,
+                    response_serializer=regroup_dot_v1_dot_admin__pb2.ResetOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -417,6 +498,114 @@ class GroupAdmin:
             '/regroup.v1.GroupAdmin/PutConnectors',
             regroup_dot_v1_dot_admin__pb2.PutConnectorsRequest.SerializeToString,
             regroup_dot_v1_dot_admin__pb2.PutConnectorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroupEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupAdmin/ListGroupEvents',
+            regroup_dot_v1_dot_admin__pb2.ListGroupEventsRequest.SerializeToString,
+            regroup_dot_v1_dot_admin__pb2.ListGroupEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/regroup.v1.GroupAdmin/WatchGroup',
+            regroup_dot_v1_dot_admin__pb2.WatchGroupRequest.SerializeToString,
+            regroup_dot_v1_dot_admin__pb2.WatchGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupAdmin/DrainMember',
+            regroup_dot_v1_dot_admin__pb2.DrainMemberRequest.SerializeToString,
+            regroup_dot_v1_dot_admin__pb2.DrainMemberResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/regroup.v1.GroupAdmin/ResetOffsets',
+            regroup_dot_v1_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
+            regroup_dot_v1_dot_admin__pb2.ResetOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,6 +64,31 @@ class GroupAdminStub:
     deleted with the group. Once the group has workers, any change of
     connectors or task counts bumps its group epoch.
     """
+    ListGroupEvents: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListGroupEventsRequest, _admin_pb2.ListGroupEventsResponse]
+    """A group's history: the events of its changes, each with its reason, stored
+    in the same transaction as the change (newest first unless asked
+    otherwise). Served by any replica, also for a deleted group, within the
+    retention (REGROUP_HISTORY_MAX_EVENTS, REGROUP_HISTORY_MAX_AGE_MS).
+    """
+    WatchGroup: _grpc.UnaryStreamMultiCallable[_admin_pb2.WatchGroupRequest, _admin_pb2.WatchGroupResponse]
+    """A live view of a group: its description, then its events as they happen
+    (and a fresh description with them when asked). Served by the replica
+    that owns the group; another answers NOT_COORDINATOR in the first
+    message's description and ends the stream.
+    """
+    DrainMember: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DrainMemberRequest, _admin_pb2.DrainMemberResponse]
+    """Takes a member out of service without losing work: it stays in the group
+    and keeps heartbeating, but the assignor gives it nothing, so its
+    partitions are revoked first and reassigned with the usual protocol.
+    DescribeGroups shows it DRAINING, then DRAINED once it owns nothing.
+    With undrain, puts it back in service.
+    """
+    ResetOffsets: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResetOffsetsRequest, _admin_pb2.ResetOffsetsResponse]
+    """Resets a group's committed offsets (to an offset, shifted by N, or
+    deleted), per topic or partition, while the group has no members; with
+    dry_run, answers the plan and changes nothing (Kafka's
+    kafka-consumer-groups --reset-offsets --dry-run).
+    """
 
 @_typing.type_check_only
 class GroupAdminAsyncStub(GroupAdminStub):
@@ -100,6 +125,31 @@ class GroupAdminAsyncStub(GroupAdminStub):
     epoch 0, so connectors can be set before any worker joins; they are
     deleted with the group. Once the group has workers, any change of
     connectors or task counts bumps its group epoch.
+    """
+    ListGroupEvents: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListGroupEventsRequest, _admin_pb2.ListGroupEventsResponse]  # type: ignore[assignment]
+    """A group's history: the events of its changes, each with its reason, stored
+    in the same transaction as the change (newest first unless asked
+    otherwise). Served by any replica, also for a deleted group, within the
+    retention (REGROUP_HISTORY_MAX_EVENTS, REGROUP_HISTORY_MAX_AGE_MS).
+    """
+    WatchGroup: _aio.UnaryStreamMultiCallable[_admin_pb2.WatchGroupRequest, _admin_pb2.WatchGroupResponse]  # type: ignore[assignment]
+    """A live view of a group: its description, then its events as they happen
+    (and a fresh description with them when asked). Served by the replica
+    that owns the group; another answers NOT_COORDINATOR in the first
+    message's description and ends the stream.
+    """
+    DrainMember: _aio.UnaryUnaryMultiCallable[_admin_pb2.DrainMemberRequest, _admin_pb2.DrainMemberResponse]  # type: ignore[assignment]
+    """Takes a member out of service without losing work: it stays in the group
+    and keeps heartbeating, but the assignor gives it nothing, so its
+    partitions are revoked first and reassigned with the usual protocol.
+    DescribeGroups shows it DRAINING, then DRAINED once it owns nothing.
+    With undrain, puts it back in service.
+    """
+    ResetOffsets: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResetOffsetsRequest, _admin_pb2.ResetOffsetsResponse]  # type: ignore[assignment]
+    """Resets a group's committed offsets (to an offset, shifted by N, or
+    deleted), per topic or partition, while the group has no members; with
+    dry_run, answers the plan and changes nothing (Kafka's
+    kafka-consumer-groups --reset-offsets --dry-run).
     """
 
 class GroupAdminServicer(metaclass=_abc_1.ABCMeta):
@@ -182,6 +232,55 @@ class GroupAdminServicer(metaclass=_abc_1.ABCMeta):
         epoch 0, so connectors can be set before any worker joins; they are
         deleted with the group. Once the group has workers, any change of
         connectors or task counts bumps its group epoch.
+        """
+
+    @_abc_1.abstractmethod
+    def ListGroupEvents(
+        self,
+        request: _admin_pb2.ListGroupEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListGroupEventsResponse, _abc.Awaitable[_admin_pb2.ListGroupEventsResponse]]:
+        """A group's history: the events of its changes, each with its reason, stored
+        in the same transaction as the change (newest first unless asked
+        otherwise). Served by any replica, also for a deleted group, within the
+        retention (REGROUP_HISTORY_MAX_EVENTS, REGROUP_HISTORY_MAX_AGE_MS).
+        """
+
+    @_abc_1.abstractmethod
+    def WatchGroup(
+        self,
+        request: _admin_pb2.WatchGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_admin_pb2.WatchGroupResponse], _abc.AsyncIterator[_admin_pb2.WatchGroupResponse]]:
+        """A live view of a group: its description, then its events as they happen
+        (and a fresh description with them when asked). Served by the replica
+        that owns the group; another answers NOT_COORDINATOR in the first
+        message's description and ends the stream.
+        """
+
+    @_abc_1.abstractmethod
+    def DrainMember(
+        self,
+        request: _admin_pb2.DrainMemberRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DrainMemberResponse, _abc.Awaitable[_admin_pb2.DrainMemberResponse]]:
+        """Takes a member out of service without losing work: it stays in the group
+        and keeps heartbeating, but the assignor gives it nothing, so its
+        partitions are revoked first and reassigned with the usual protocol.
+        DescribeGroups shows it DRAINING, then DRAINED once it owns nothing.
+        With undrain, puts it back in service.
+        """
+
+    @_abc_1.abstractmethod
+    def ResetOffsets(
+        self,
+        request: _admin_pb2.ResetOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ResetOffsetsResponse, _abc.Awaitable[_admin_pb2.ResetOffsetsResponse]]:
+        """Resets a group's committed offsets (to an offset, shifted by N, or
+        deleted), per topic or partition, while the group has no members; with
+        dry_run, answers the plan and changes nothing (Kafka's
+        kafka-consumer-groups --reset-offsets --dry-run).
         """
 
 def add_GroupAdminServicer_to_server(servicer: GroupAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
