@@ -389,6 +389,10 @@ class Group:
             return GroupState.RECONCILING  # some member is not STABLE at the target epoch
         return GroupState.STABLE
 
+    def stable_count(self, member_epoch: int) -> int:
+        """How many members are STABLE at `member_epoch` (an index read, O(1))."""
+        return self._stable_epochs.get(member_epoch, 0)
+
     def unreleased_member_ids(self) -> AbstractSet[str]:
         """The members waiting for partitions that others still own (a view)."""
         return self._unreleased
