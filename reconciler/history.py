@@ -9,7 +9,7 @@ record, so it produces no event either.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any, Literal
@@ -44,6 +44,7 @@ from .records import (
     TargetAssignmentMemberTombstone,
 )
 from .target_assignment import preferred_assignor
+from .topics import TopicsImage
 
 
 class EventType(IntEnum):
@@ -304,6 +305,10 @@ class _Derivation:
         self.events[self.bump_index] = replace(
             event, reason=reason, message=f"{event.message[:-1]} ({reason.replace('_', ' ')})."
         )
+        # The changes that caused the bump come before it in the records; they are of the new epoch.
+        for i in range(self.bump_index):
+            if self.events[i].type is not EventType.GROUP_CREATED:
+                self.events[i] = replace(self.events[i], group_epoch=event.group_epoch)
 
     def _topic_changed(self, change: TopicChange) -> None:
         counted = f" ({change.partition_count} partitions)" if change.kind != "deleted" else ""
@@ -399,13 +404,13 @@ class _Derivation:
         self.member_cause = self.member_cause or (
             "member_left" if kind is EventType.MEMBER_LEFT else "member_fenced"
         )
-        current = self._current_of(member_id)
+        member = None if self.group is None else self.group.members.get(member_id)
         self._member(
             kind,
             member_id,
             metadata,
             reason=reason,
-            member_epoch=0 if current is None else current.member_epoch,
+            member_epoch=0 if member is None else member.member_epoch,
             message=_REMOVAL_MESSAGES.get(kind, f"Removed by the coordinator ({reason})."),
         )
 
@@ -612,3 +617,19 @@ def _assignors(metadata: MemberMetadata) -> str:
     if metadata.client_assignors:
         return "client-side assignors " + ", ".join(a.name for a in metadata.client_assignors)
     return f"assignor {metadata.server_assignor or '(default)'}"
+
+
+def topic_changes(old: TopicsImage, new: TopicsImage, names: Iterable[str]) -> dict[str, TopicChange]:
+    """What happened to each named topic between two images: created, grown or deleted
+    (a topic whose partition count did not grow, only its racks, is left out)."""
+    out: dict[str, TopicChange] = {}
+    for name in names:
+        before, after = old.by_name.get(name), new.by_name.get(name)
+        if after is None:
+            if before is not None:
+                out[name] = TopicChange(name, "deleted", 0)
+        elif before is None or before.topic_id != after.topic_id:
+            out[name] = TopicChange(name, "created", after.num_partitions)
+        elif after.num_partitions > before.num_partitions:
+            out[name] = TopicChange(name, "grown", after.num_partitions)
+    return out

@@ -223,6 +223,8 @@ class RegroupServer:
             ),
         )
         self.coordinator.writer.metrics = self._metrics.metrics
+        self.coordinator.writer.history_max_events = self.settings.history_max_events
+        self.coordinator.history_max_age_ms = self.settings.history_max_age_ms
         provider = self.tracer_provider
         if provider is None:
             provider = self._own_tracer_provider = start_tracing(self._store.replica_id)

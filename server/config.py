@@ -89,6 +89,10 @@ class Settings:
     stream_max_batch: int = 1_000
     stream_max_members: int = 10_000
     stream_max_pending: int = 20_000
+    #: Group history (GroupAdmin.ListGroupEvents): each group keeps its newest this many
+    #: events (0: no history is kept), none older than history_max_age_ms (0: no age limit).
+    history_max_events: int = 10_000
+    history_max_age_ms: int = 7 * 24 * 3600 * 1000
 
     def check_access_files(self) -> None:
         """ConfigError naming the file and the entry when the ACL or tokens file does not load."""
@@ -154,6 +158,8 @@ _ENV = {
     "stream_max_batch": "REGROUP_STREAM_MAX_BATCH",
     "stream_max_members": "REGROUP_STREAM_MAX_MEMBERS",
     "stream_max_pending": "REGROUP_STREAM_MAX_PENDING",
+    "history_max_events": "REGROUP_HISTORY_MAX_EVENTS",
+    "history_max_age_ms": "REGROUP_HISTORY_MAX_AGE_MS",
 }
 
 #: The most shards a database may be split into.
@@ -265,6 +271,8 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         stream_max_batch=_int(raw, "stream_max_batch", defaults.stream_max_batch, 1),
         stream_max_members=_int(raw, "stream_max_members", defaults.stream_max_members, 1),
         stream_max_pending=_int(raw, "stream_max_pending", defaults.stream_max_pending, 1),
+        history_max_events=_int(raw, "history_max_events", defaults.history_max_events, 0),
+        history_max_age_ms=_int(raw, "history_max_age_ms", defaults.history_max_age_ms, 0),
     )
     settings.check_access_files()  # a wrong file stops the start with its name and entry
     _check_stream_limits(settings)

@@ -16,6 +16,7 @@ from regroup.reconciler import (
 from regroup.reconciler.client_assignment import choose_assignor, uses_client_assignors
 from regroup.reconciler.connect import CONNECT_SUBSCRIPTION, from_connect, to_connect
 from regroup.reconciler.context import GroupConfig
+from regroup.reconciler.history import GroupEvent
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Member, make_assignment
 from regroup.reconciler.target_assignment import preferred_assignor
@@ -357,3 +358,23 @@ def topic_description_pb(
         )
         for name, topic_id, count, racks in topics
     ]
+
+
+def event_pb(event: GroupEvent) -> admin_pb2.GroupEvent:
+    return admin_pb2.GroupEvent(
+        sequence=event.sequence,
+        timestamp_ms=event.timestamp_ms,
+        type=admin_pb2.GroupEventType.ValueType(int(event.type)),
+        reason=event.reason,
+        message=event.message,
+        group_epoch=event.group_epoch,
+        previous_group_epoch=event.previous_group_epoch,
+        member_id=event.member_id,
+        instance_id=event.instance_id,
+        member_epoch=event.member_epoch,
+        topic_name=event.topic_name,
+        partition_count=event.partition_count,
+        assignor=event.assignor,
+        duration_ms=event.duration_ms,
+        partitions_moved=event.partitions_moved,
+    )

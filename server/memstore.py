@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from regroup.reconciler import Group, Record, Topic, replay_all
+from regroup.reconciler.history import GroupEvent
 from regroup.reconciler.records import (
     SOFT_RECORDS,
     CurrentAssignmentRecord,
@@ -23,6 +24,7 @@ from regroup.reconciler.records import (
     TargetAssignmentEpochRecord,
 )
 
+from .history import EventQuery
 from .leases import Lease, LeaseRequest, LeaseRound
 from .sql import LEASES_CHANNEL, TOPICS_CHANNEL
 from .store import Fence, GroupStore, Notice, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable
@@ -56,6 +58,10 @@ class MemoryDatabase:
 
     #: Bumped by every topic change (cluster_settings 'topics_version' in Postgres).
     topics_version: int = 0
+    #: Every group's events, in the order stored (the group_events table).
+    events: list[tuple[str, GroupEvent]] = field(default_factory=list)
+    #: The last sequence drawn (the table's identity).
+    event_sequence: int = 0
 
 
 class MemoryStore:
@@ -82,7 +88,7 @@ class MemoryStore:
     async def ping(self) -> None:
         self._reach()
 
-    def _guard(self, group_id: str, records: Sequence[Record], fence: Fence) -> None:
+    def _guard(self, group_id: str, records: Sequence[Record], fence: Fence, *, events: bool = False) -> None:
         """As PostgresStore: the shard's lease must be this replica's at the fence's
         owner epoch and live by the database's clock; a lone step write (its
         one-statement path) also refuses a group that is not stored."""
@@ -95,19 +101,30 @@ class MemoryStore:
             raise NotOwner(f"{where} is held by {lease.owner} at owner epoch {lease.owner_epoch}.")
         if lease.expired(db.clock()):
             raise NotOwner(f"{where}: the lease at owner epoch {fence.owner_epoch} expired.")
-        lone_step = len(records) == 1 and type(records[0]) is CurrentAssignmentRecord
+        lone_step = len(records) == 1 and type(records[0]) is CurrentAssignmentRecord and not events
         if lone_step and group_id not in db.log:
             raise NotOwner(f"{where} is not stored.")
 
-    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite, fence: Fence) -> None:
+    async def append(
+        self,
+        group_id: str,
+        records: Sequence[Record] | PreparedWrite,
+        fence: Fence,
+        events: Sequence[GroupEvent] = (),
+        keep_events: int = 0,
+    ) -> Sequence[int]:
         if isinstance(records, PreparedWrite):
             raise NotImplementedError("MemoryStore stores records, not prepared rows")
         self._reach()
         stored = [_as_stored(r) for r in records if not isinstance(r, SOFT_RECORDS)]
-        if not stored:
-            return
-        self._guard(group_id, stored, fence)
+        if not stored and not events:
+            return ()
+        self._guard(group_id, stored, fence, events=bool(events))
         db = self.database
+        sequences = self._store_events(group_id, events, keep_events)
+        if not stored:
+            self._committed()
+            return sequences
         log = db.log.setdefault(group_id, [])
         for record in stored:
             if isinstance(record, GroupTombstone):
@@ -116,6 +133,32 @@ class MemoryStore:
         if len(log) == 1 and isinstance(log[0], GroupTombstone):  # deleted, not created again
             db.log.pop(group_id, None)
         self._committed()
+        return sequences
+
+    def _store_events(self, group_id: str, events: Sequence[GroupEvent], keep_events: int) -> list[int]:
+        db = self.database
+        sequences = list(range(db.event_sequence + 1, db.event_sequence + 1 + len(events)))
+        db.event_sequence += len(events)
+        db.events.extend((group_id, replace(e, sequence=s)) for e, s in zip(events, sequences, strict=True))
+        if keep_events > 0 and events:
+            mine = [e.sequence for g, e in db.events if g == group_id]
+            if len(mine) > keep_events:
+                cut = mine[-keep_events]
+                db.events = [(g, e) for g, e in db.events if g != group_id or e.sequence >= cut]
+        return sequences
+
+    async def list_events(self, group_id: str, query: EventQuery) -> tuple[list[GroupEvent], bool]:
+        self._reach()
+        found = [e for g, e in self.database.events if g == group_id and query.matches(e)]
+        if not query.oldest_first:
+            found.reverse()
+        return found[: query.limit], len(found) > query.limit
+
+    async def expire_events(self, older_than_ms: int) -> int:
+        self._reach()
+        before = len(self.database.events)
+        self.database.events = [(g, e) for g, e in self.database.events if e.timestamp_ms >= older_than_ms]
+        return before - len(self.database.events)
 
     async def group_ids(self) -> list[str]:
         self._reach()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Collection, KeysView, Sequence
+from collections.abc import Collection, KeysView, Mapping, Sequence
 
 import structlog
 
@@ -36,7 +36,8 @@ from regroup.reconciler import (
 )
 from regroup.reconciler.client_assignment import install_assignment, prepare_assignment
 from regroup.reconciler.connect import put_connectors
-from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound
+from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidAssignment
+from regroup.reconciler.history import Circumstances, EventType, GroupEvent, TopicChange
 from regroup.reconciler.liveness import renewed_session
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
@@ -52,6 +53,7 @@ from regroup.reconciler.subscription import subscribes_to_any
 
 from .assigner import Assigner
 from .clock import Clock
+from .history import EventQuery, HistoryHub
 from .leasekeeper import LeaseKeeper, LeaseSettings
 from .scheduler import Scheduler
 from .shards import LeaseNotTrusted, ShardTable
@@ -77,7 +79,7 @@ class Coordinator:
         self.log = structlog.get_logger("regroup")
         self.assigner = Assigner(config)
         self.writer = GroupWriter(store, config, clock, TimerQueue(), self.assigner, self.log)
-        self.scheduler = Scheduler(self.writer, self.assigner, self.expire_offsets)
+        self.scheduler = Scheduler(self.writer, self.assigner, self.sweep)
         self.topics = TopicAdmin(self.writer, self.refresh_groups)
         self.keeper = LeaseKeeper(
             store,
@@ -91,6 +93,11 @@ class Coordinator:
             on_round=self._keep_listening,
         )
         self.writer.fence_failed = self.writer.shards.owner_unknown = self.keeper.wake.set
+        #: The WatchGroup streams open on this replica, told of every event stored.
+        self.history = HistoryHub()
+        self.writer.on_events = self.history.published
+        #: Events older than this are deleted by the periodic sweep (0: kept).
+        self.history_max_age_ms = 7 * 24 * 3600 * 1000
         self._run_timers = run_timers
         self._stopped = False
 
@@ -221,6 +228,7 @@ class Coordinator:
 
     async def stop(self) -> None:
         self._stopped = True
+        self.history.close_all("The coordinator is stopping.")
         await self.keeper.stop(release=True)
         await self.scheduler.stop()
         await self.assigner.close()
@@ -256,6 +264,7 @@ class Coordinator:
 
     async def _drop_shards(self, shards: Sequence[int]) -> None:
         dropped = self.writer.drop_shards(shards)
+        self.history.moved(dropped, "The group moved to another replica.")
         if dropped:
             self.log.info("shards_dropped", shards=list(shards), groups=len(dropped))
 
@@ -334,7 +343,55 @@ class Coordinator:
         def op(group: Group | None, ctx: Context) -> Result[None]:
             return install_assignment(group, req, ctx)
 
-        await self.writer.run(req.group_id, op, cause="install_assignment")
+        try:
+            await self.writer.run(
+                req.group_id,
+                op,
+                cause="install_assignment",
+                circumstances=Circumstances(member_id=req.member_id),
+            )
+        except InvalidAssignment as e:
+            # Nothing changed, but the group's history says who sent what and why it was refused.
+            group = self.groups.get(req.group_id)
+            refused = GroupEvent(
+                type=EventType.ASSIGNMENT_REFUSED,
+                timestamp_ms=self.clock.wall_ms(),
+                group_epoch=0 if group is None else group.group_epoch,
+                reason="invalid_assignment",
+                member_id=req.member_id,
+                member_epoch=req.member_epoch,
+                message=str(e)[:1000],
+            )
+            try:
+                await self.writer.note_events(req.group_id, [refused])
+            except (ApiError, StoreUnavailable) as note_error:
+                self.log.warning("history_not_stored", group_id=req.group_id, error=str(note_error))
+            raise
+
+    # -- history -------------------------------------------------------------------
+
+    async def list_group_events(self, group_id: str, query: EventQuery) -> tuple[list[GroupEvent], bool]:
+        """A group's events from the store (any replica answers; a deleted group's too)."""
+        if self.writer.store_down:
+            raise CoordinatorNotAvailable("The store (Postgres) is unreachable; retry after a backoff.")
+        try:
+            return await self.store.list_events(group_id, query)
+        except StoreUnavailable as e:
+            raise CoordinatorNotAvailable(f"The store is unavailable: {e}") from e
+
+    async def sweep(self) -> int:
+        """The periodic sweep: expired offsets (answered: how many), then history older
+        than its retention (deleted along the age index)."""
+        expired = await self.expire_offsets()
+        if self.history_max_age_ms > 0:
+            try:
+                dropped = await self.store.expire_events(self.clock.wall_ms() - self.history_max_age_ms)
+            except StoreUnavailable as e:
+                self.log.warning("history_expiry_failed", error=str(e))
+            else:
+                if dropped:
+                    self.log.info("history_expired", events=dropped)
+        return expired
 
     async def commit_offsets(
         self, group_id: str, member_id: str, member_epoch: int, offsets: Sequence[OffsetToCommit]
@@ -398,7 +455,11 @@ class Coordinator:
         await self.writer.run(group_id, op, cause="delete")
 
     async def refresh_groups(
-        self, topic_names: Collection[str] | None = None, *, only: Collection[str] | None = None
+        self,
+        topic_names: Collection[str] | None = None,
+        changes: Mapping[str, TopicChange] | None = None,
+        *,
+        only: Collection[str] | None = None,
     ) -> None:
         """Bumps the epoch of every group whose subscribed topics changed.
 
@@ -417,8 +478,13 @@ class Coordinator:
             groups = [
                 g for g in groups if g.group_type != CONNECT_GROUP_TYPE and subscribes_to_any(g, topic_names)
             ]
-        for group_id in [g.group_id for g in groups]:
+        for group in groups:
+            group_id = group.group_id
+            # The group's history names the topics it subscribes to that changed.
+            mine = tuple(c for name, c in (changes or {}).items() if subscribes_to_any(group, (name,)))
             try:
-                await self.writer.run(group_id, op, cause="metadata_refresh")
+                await self.writer.run(
+                    group_id, op, cause="metadata_refresh", circumstances=Circumstances(topic_changes=mine)
+                )
             except NOT_SERVED as e:
                 self.log.warning("metadata_refresh_failed", group_id=group_id, error=str(e))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from regroup.reconciler import Context, Group, Result, on_rebalance_timeout, on_session_timeout
+from regroup.reconciler.history import Circumstances
 from regroup.reconciler.target_assignment import PendingTarget, install_computed_target, on_assignment_timer
 
 from .assigner import Assigner
@@ -169,13 +170,20 @@ class Scheduler:
             self._computing.discard(group_id)
             if span is not None:
                 span.end()
-        self.writer.metrics.computed("offloaded", time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.writer.metrics.computed("offloaded", seconds)
 
         async def install(group: Group | None, ctx: Context) -> Result[bool]:
             # Asynchronous only so that a large install's write is prepared in a thread.
             return install_computed_target(group, records, ctx)
 
-        return await self.writer.run(group_id, install, cause="assignment", computed_elsewhere=True)
+        return await self.writer.run(
+            group_id,
+            install,
+            cause="assignment",
+            computed_elsewhere=True,
+            circumstances=Circumstances(compute_ms=round(seconds * 1000)),
+        )
 
     def _prepare_target_op(self, key: TimerKey) -> Operation[bool | _TargetJob]:
         def op(group: Group | None, ctx: Context) -> Result[bool | _TargetJob]:

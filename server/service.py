@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -26,10 +26,11 @@ from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
 from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
-from . import access, mapping, paging
+from . import access, mapping, paging, watch
 from .access import Access, Caller, Rule, Unauthenticated
 from .authz import Operation, ResourceType
 from .forwarding import NOT_COORDINATOR, Forwarder, client_host
+from .history import WatchClosed
 from .runtime import Coordinator
 from .streams import MemberKey, StreamClosed, StreamHub, StreamSession, refusal, run_stream
 from .telemetry import Metrics
@@ -612,6 +613,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         self._access = access or Access()
         # Listings page before their response would pass the server's message limit.
         self._page_bytes = paging.byte_budget(max_message_bytes)
+        self._max_message_bytes = max_message_bytes
 
     @internal_errors
     async def CreateTopics(
@@ -918,6 +920,64 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         except ApiError as e:
             return admin_pb2.PutConnectorsResponse(**_error_fields(e))
         return admin_pb2.PutConnectorsResponse(group_epoch=epoch)
+
+    @internal_errors
+    async def ListGroupEvents(
+        self, request: admin_pb2.ListGroupEventsRequest, context: Ctx
+    ) -> admin_pb2.ListGroupEventsResponse:
+        try:
+            return await watch.list_group_events(self._coordinator, request, self._max_message_bytes)
+        except ApiError as e:
+            return admin_pb2.ListGroupEventsResponse(**_error_fields(e))
+
+    async def WatchGroup(
+        self, request: admin_pb2.WatchGroupRequest, context: Ctx
+    ) -> AsyncIterator[admin_pb2.WatchGroupResponse]:
+        """The group's description, then its events as they are stored (server/watch.py).
+        A server stream: checked for access here, as internal_errors checks unary calls."""
+        gate = self._access
+        if gate.enabled:
+            try:
+                caller = gate.caller(context)
+            except Unauthenticated as e:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
+                return
+            except ApiError as e:  # an untrusted claim to be a replica
+                yield watch.refused(request.group_id, e)
+                return
+            rule = access.RULES[(self.SERVICE, "WatchGroup")]
+            refusal = _request_refusal(rule, caller, request, self._coordinator)
+            if refusal is not None:
+                yield watch.refused(request.group_id, refusal)
+                return
+        try:
+            async for message in watch.watch_group(self._coordinator, request, self._describe_one):
+                yield message
+        except WatchClosed as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+
+    def _describe_one(self, group_id: str) -> admin_pb2.DescribedGroup:
+        coordinator = self._coordinator
+        group = coordinator.group(group_id)
+        if group is None:
+            return admin_pb2.DescribedGroup(
+                group_id=_echo(group_id), group_state="Dead", **_error_fields(self._group_error(group_id))
+            )
+        return mapping.group_pb(group, coordinator.image_for(group_id), coordinator.config)
+
+    @internal_errors
+    async def DrainMember(
+        self, request: admin_pb2.DrainMemberRequest, context: Ctx
+    ) -> admin_pb2.DrainMemberResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "DrainMember is not implemented yet.")
+        raise AssertionError("unreachable: abort raises")
+
+    @internal_errors
+    async def ResetOffsets(
+        self, request: admin_pb2.ResetOffsetsRequest, context: Ctx
+    ) -> admin_pb2.ResetOffsetsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ResetOffsets is not implemented yet.")
+        raise AssertionError("unreachable: abort raises")
 
 
 #: The unary RPC of each kind of stream heartbeat.

@@ -170,3 +170,39 @@ ON CONFLICT (topic_id) DO UPDATE SET num_partitions = EXCLUDED.num_partitions,
     partition_racks = EXCLUDED.partition_racks, updated_at = now()
 """
 DELETE_TOPIC = "DELETE FROM topics WHERE topic_id = $1"
+
+# -- group history (migrations/0007_group_events.sql) ---------------------------
+
+#: One operation's events ($1 group id, then arrays of at_ms, event_type, group_epoch,
+#: member_id, detail), in their order; answers their sequences (ascending: identity values
+#: are drawn in the order the SELECT produces the rows).
+INSERT_EVENTS = """
+INSERT INTO group_events (group_id, at_ms, event_type, group_epoch, member_id, detail)
+SELECT $1, e.at_ms, e.event_type, e.group_epoch, e.member_id, e.detail
+FROM unnest($2::bigint[], $3::smallint[], $4::int[], $5::text[], $6::jsonb[])
+     WITH ORDINALITY AS e(at_ms, event_type, group_epoch, member_id, detail, ord)
+ORDER BY e.ord
+RETURNING sequence
+"""
+
+#: Keeps a group's newest $2 events ($1 group id), along the (group_id, sequence) index.
+TRIM_GROUP_EVENTS = """
+DELETE FROM group_events
+WHERE group_id = $1 AND sequence < (
+    SELECT sequence FROM group_events WHERE group_id = $1
+    ORDER BY sequence DESC OFFSET $2 - 1 LIMIT 1
+)
+"""
+
+#: Every group's events older than $1 (wall ms), along the at_ms index.
+EXPIRE_EVENTS = "DELETE FROM group_events WHERE at_ms < $1"
+
+#: A group's events ($1) in a range: sequence in ($2, $3) (0: unbounded), at_ms in [$4, $5)
+#: (0: unbounded), of the types in $6 (empty: all); store.py appends the order and limit.
+SELECT_EVENTS = """
+SELECT sequence, at_ms, event_type, group_epoch, member_id, detail FROM group_events
+WHERE group_id = $1
+  AND ($2::bigint = 0 OR sequence > $2) AND ($3::bigint = 0 OR sequence < $3)
+  AND ($4::bigint = 0 OR at_ms >= $4) AND ($5::bigint = 0 OR at_ms < $5)
+  AND (cardinality($6::smallint[]) = 0 OR event_type = ANY ($6))
+"""

@@ -22,6 +22,7 @@ import asyncpg
 import structlog
 
 from regroup.reconciler import Group, Record, Topic, replay_all
+from regroup.reconciler.history import GroupEvent
 from regroup.reconciler.model import Assignment, ClientAssignor, MemberMetadata, MemberState
 from regroup.reconciler.records import (
     AssignorStateRecord,
@@ -41,6 +42,7 @@ from regroup.reconciler.records import (
 from regroup.reconciler.subscription import canonical_names
 
 from . import sql
+from .history import EventQuery, event_from_row, event_row
 from .leases import LeaseRequest, LeaseRound, lease_round_from_json
 
 log = structlog.get_logger("regroup")
@@ -102,8 +104,26 @@ class GroupStore(Protocol):
     replica_id: str
 
     async def append(
-        self, group_id: str, records: Sequence[Record] | PreparedWrite, fence: Fence
-    ) -> None: ...
+        self,
+        group_id: str,
+        records: Sequence[Record] | PreparedWrite,
+        fence: Fence,
+        events: Sequence[GroupEvent] = (),
+        keep_events: int = 0,
+    ) -> Sequence[int]:
+        """Stores one operation's records and its `events` in one transaction; answers the
+        events' sequences. With `keep_events`, also drops the group's events beyond its
+        newest `keep_events`."""
+        ...
+
+    async def list_events(self, group_id: str, query: EventQuery) -> tuple[list[GroupEvent], bool]:
+        """A group's events (also a deleted group's) as `query` asks, and whether more match."""
+        ...
+
+    async def expire_events(self, older_than_ms: int) -> int:
+        """Deletes every group's events older than `older_than_ms` (wall ms); answers how many."""
+        ...
+
     async def group_ids(self) -> list[str]:
         """Every stored group's id (a takeover picks its shards' groups from them)."""
         ...
@@ -572,38 +592,83 @@ class PostgresStore:
 
     # -- groups ----------------------------------------------------------------
 
-    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite, fence: Fence) -> None:
-        """Stores one operation's records in one transaction, fenced by `fence`."""
+    async def append(
+        self,
+        group_id: str,
+        records: Sequence[Record] | PreparedWrite,
+        fence: Fence,
+        events: Sequence[GroupEvent] = (),
+        keep_events: int = 0,
+    ) -> Sequence[int]:
+        """Stores one operation's records and events in one transaction, fenced by `fence`."""
         write = records if isinstance(records, PreparedWrite) else prepare_write(group_id, records)
-        if write.is_empty():
-            return  # only soft records: nothing to store
-        if write.is_single_current_assignment():
+        if write.is_empty() and not events:
+            return ()  # only soft records: nothing to store
+        if write.is_single_current_assignment() and not events:
             await self._append_current_assignment(group_id, write.upserts[0][1][0], fence)
-            return
+            return ()
         async with self._transaction() as conn:
-            await self._guard(conn, group_id, fence)
-            if write.group_row is not None:
-                await conn.execute(sql.UPSERT_GROUP, *write.group_row, self.replica_id, fence.owner_epoch)
-            for table, member_ids in write.deletes:
-                await conn.execute(sql.DELETE_MEMBER_ROWS[table], group_id, member_ids)
-            if write.offset_deletes:
-                await conn.execute(
-                    sql.DELETE_OFFSETS,
-                    group_id,
-                    [t for t, _ in write.offset_deletes],
-                    [p for _, p in write.offset_deletes],
-                )
-            for statement, rows in write.upserts:
-                if len(rows) == 1:
-                    await conn.execute(statement, *rows[0])
-                else:
-                    await conn.executemany(statement, rows)
-            if write.connectors is not None:
-                await conn.execute(sql.DELETE_CONNECTORS, group_id)
-                if write.connectors:
-                    await conn.executemany(sql.INSERT_CONNECTOR, write.connectors)
-            if write.delete_group:
-                await conn.execute(sql.DELETE_GROUP, group_id)
+            await self._write(conn, group_id, write, fence)
+            if not events:
+                return ()
+            return await self._insert_events(conn, group_id, events, keep_events)
+
+    async def _insert_events(
+        self, conn: Conn, group_id: str, events: Sequence[GroupEvent], keep_events: int
+    ) -> list[int]:
+        rows = [event_row(e) for e in events]
+        inserted = await conn.fetch(
+            sql.INSERT_EVENTS, group_id, *(list(column) for column in zip(*rows, strict=True))
+        )
+        if keep_events > 0:
+            await conn.execute(sql.TRIM_GROUP_EVENTS, group_id, keep_events)
+        return sorted(row["sequence"] for row in inserted)
+
+    async def _write(self, conn: Conn, group_id: str, write: PreparedWrite, fence: Fence) -> None:
+        await self._guard(conn, group_id, fence)
+        if write.group_row is not None:
+            await conn.execute(sql.UPSERT_GROUP, *write.group_row, self.replica_id, fence.owner_epoch)
+        for table, member_ids in write.deletes:
+            await conn.execute(sql.DELETE_MEMBER_ROWS[table], group_id, member_ids)
+        if write.offset_deletes:
+            await conn.execute(
+                sql.DELETE_OFFSETS,
+                group_id,
+                [t for t, _ in write.offset_deletes],
+                [p for _, p in write.offset_deletes],
+            )
+        for statement, rows in write.upserts:
+            if len(rows) == 1:
+                await conn.execute(statement, *rows[0])
+            else:
+                await conn.executemany(statement, rows)
+        if write.connectors is not None:
+            await conn.execute(sql.DELETE_CONNECTORS, group_id)
+            if write.connectors:
+                await conn.executemany(sql.INSERT_CONNECTOR, write.connectors)
+        if write.delete_group:
+            await conn.execute(sql.DELETE_GROUP, group_id)
+
+    async def list_events(self, group_id: str, query: EventQuery) -> tuple[list[GroupEvent], bool]:
+        order = "ASC" if query.oldest_first else "DESC"
+        statement = f"{sql.SELECT_EVENTS} ORDER BY sequence {order} LIMIT $7"
+        async with self._connection() as conn:
+            rows = await conn.fetch(
+                statement,
+                group_id,
+                query.after_sequence,
+                query.before_sequence,
+                query.since_ms,
+                query.until_ms,
+                list(query.types),
+                query.limit + 1,
+            )
+        return [event_from_row(r) for r in rows[: query.limit]], len(rows) > query.limit
+
+    async def expire_events(self, older_than_ms: int) -> int:
+        async with self._connection() as conn:
+            status = await conn.execute(sql.EXPIRE_EVENTS, older_than_ms)
+        return int(status.rsplit(" ", 1)[-1])
 
     async def group_ids(self) -> list[str]:
         async with self._connection() as conn:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from regroup.reconciler.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from regroup.reconciler.history import TopicChange, topic_changes
 from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_name
 from regroup.reconciler.validation import validate_id
 
@@ -41,7 +42,9 @@ class TopicOutcome:
 
 class TopicAdmin:
     def __init__(
-        self, writer: GroupWriter, refresh_groups: Callable[[Collection[str]], Awaitable[None]]
+        self,
+        writer: GroupWriter,
+        refresh_groups: Callable[[Collection[str], Mapping[str, TopicChange]], Awaitable[None]],
     ) -> None:
         self.writer = writer
         self._refresh_groups = refresh_groups
@@ -50,6 +53,7 @@ class TopicAdmin:
 
     async def create_topics(self, specs: Sequence[tuple[str, int, tuple[str, ...]]]) -> list[TopicOutcome]:
         outcomes = []
+        old = self.writer.image
         async with self._topic_lock:
             for name, count, racks in specs:
                 try:
@@ -58,7 +62,7 @@ class TopicAdmin:
                     outcomes.append(TopicOutcome(name, topic))
                 except ApiError as e:
                     outcomes.append(TopicOutcome(name, error=e))
-        await self._after_topic_change(outcomes)
+        await self._after_topic_change(outcomes, old)
         return outcomes
 
     async def create_partitions(
@@ -66,6 +70,7 @@ class TopicAdmin:
     ) -> list[TopicOutcome]:
         """Grows topics named by (name, topic id, new count, new racks)."""
         outcomes = []
+        old = self.writer.image
         async with self._topic_lock:
             for name, topic_id, count, racks in specs:
                 try:
@@ -75,11 +80,12 @@ class TopicAdmin:
                     outcomes.append(TopicOutcome(grown.name, grown))
                 except ApiError as e:
                     outcomes.append(TopicOutcome(name, error=e, topic_id=topic_id))
-        await self._after_topic_change(outcomes)
+        await self._after_topic_change(outcomes, old)
         return outcomes
 
     async def delete_topics(self, names: Sequence[str], topic_ids: Sequence[str]) -> list[TopicOutcome]:
         outcomes = []
+        old = self.writer.image
         async with self._topic_lock:
             for name, topic_id in [(n, "") for n in names] + [("", t) for t in topic_ids]:
                 try:
@@ -95,7 +101,7 @@ class TopicAdmin:
                     outcomes.append(TopicOutcome(topic.name, topic))
                 except ApiError as e:
                     outcomes.append(TopicOutcome(name, error=e, topic_id=topic_id))
-        await self._after_topic_change(outcomes)
+        await self._after_topic_change(outcomes, old)
         return outcomes
 
     def _find_topic(self, name: str, topic_id: str) -> Topic:
@@ -133,11 +139,11 @@ class TopicAdmin:
         the real reason instead of a retriable one that would be retried forever."""
         self.log.warning("topic_write_conflict", topic=topic.name, constraint=e.constraint, error=str(e))
         try:
-            changed = await self._load()
+            changed, changes = await self._load()
         except (StoreUnavailable, StoreConflict) as load_error:
             return CoordinatorNotAvailable(f"The store is unavailable: {load_error}")
         if changed:
-            await self._refresh_groups(changed)
+            await self._refresh_groups(changed, changes)
         if e.constraint == "topics_name_key":
             return TopicAlreadyExists(f"Topic '{topic.name}' already exists.")
         return UnknownServerError(f"The store refused topic '{topic.name}': {e}")
@@ -147,13 +153,14 @@ class TopicAdmin:
         and refreshes the groups that subscribe to the ones that changed. Raises
         StoreUnavailable (the lease keeper tries again in its next round)."""
         async with self._topic_lock:
-            changed = await self._load()
+            changed, changes = await self._load()
         if changed:
             self.log.info("topics_reloaded", changed=sorted(changed), topics=len(self.writer.image.by_id))
-            await self._refresh_groups(changed)
+            await self._refresh_groups(changed, changes)
 
-    async def _load(self) -> set[str]:
-        """Replaces the topics image with the store's; returns the names that changed."""
+    async def _load(self) -> tuple[set[str], dict[str, TopicChange]]:
+        """Replaces the topics image with the store's; returns the names that changed, and
+        what happened to those created, grown or deleted."""
         topics = await self.writer.store.load_topics()
         old = self.writer.image
         new = TopicsImage(topics, version=old.version + 1)
@@ -161,12 +168,13 @@ class TopicAdmin:
         changed.update(name for name in old.by_name if name not in new.by_name)
         if changed:
             self.writer.image = new
-        return changed
+        return changed, topic_changes(old, new, changed)
 
-    async def _after_topic_change(self, outcomes: Sequence[TopicOutcome]) -> None:
+    async def _after_topic_change(self, outcomes: Sequence[TopicOutcome], old: TopicsImage) -> None:
         changed = [o.topic.name for o in outcomes if o.error is None and o.topic is not None]
         if changed:
-            await self._refresh_groups(changed)
+            # By name, with what happened to each (the groups' history says it).
+            await self._refresh_groups(changed, topic_changes(old, self.writer.image, changed))
 
 
 def _store_error(e: StoreUnavailable) -> ApiError:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from regroup.reconciler import (
@@ -37,6 +38,7 @@ from regroup.reconciler import (
 )
 from regroup.reconciler.connect import connectors_image
 from regroup.reconciler.errors import CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator
+from regroup.reconciler.history import NO_CIRCUMSTANCES, Circumstances, GroupEvent, derive_events
 from regroup.reconciler.liveness import EVERYONE_IN_DOUBT, NOTHING_IN_DOUBT, WriteInDoubt
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
 from regroup.reconciler.records import TargetAssignmentEpochRecord
@@ -44,6 +46,7 @@ from regroup.reconciler.records import TargetAssignmentEpochRecord
 from .assigner import Assigner
 from .clock import Clock
 from .events import log_records
+from .history import with_sequences
 from .shards import ShardTable
 from .store import Fence, GroupStore, NotOwner, PreparedWrite, StoreConflict, StoreUnavailable, prepare_write
 from .storewatch import StoreWatch
@@ -153,6 +156,12 @@ class GroupWriter:
         #: Told of every change stored and replayed (the group after it, None once deleted):
         #: member streams nudge the members it concerns (server/streams.py).
         self.on_written: Callable[[str, Group | None, Sequence[Record]], None] | None = None
+        #: Each group keeps its newest this many events (0: no history is kept); the oldest
+        #: beyond are dropped in one of the group's writes per tenth of that many events.
+        self.history_max_events = 10_000
+        self._events_since_trim: dict[str, int] = {}
+        #: Told of every write's events, with their sequences (WatchGroup streams).
+        self.on_events: Callable[[str, list[GroupEvent]], None] | None = None
 
     async def load_topics(self) -> None:
         """Loads every topic from the store."""
@@ -194,6 +203,7 @@ class GroupWriter:
         self._connect_images.pop(group_id, None)
         self.assigner.forget((group_id,))
         self._unsettled.pop(group_id, None)
+        self._events_since_trim.pop(group_id, None)
         check = self._stable_checks.pop(group_id, None)
         if check is not None:
             check.cancel()
@@ -247,8 +257,10 @@ class GroupWriter:
         new_member_id: str = "",
         group_type: str | None = None,
         computed_elsewhere: bool = False,
+        circumstances: Circumstances = NO_CIRCUMSTANCES,
     ) -> T:
-        """Runs `op` on the group under its lock; stores and replays its records.
+        """Runs `op` on the group under its lock; stores and replays its records, and the
+        events they make (`circumstances`: what the records do not tell of them).
 
         An `AsyncOperation` may await: the lock keeps the group unchanged
         meanwhile, and a large write it returns (a big group's computed target)
@@ -258,6 +270,7 @@ class GroupWriter:
         group: Group | None = None
         outcome: Result[T] | Awaitable[Result[T]] | None = None
         op_now_ms = 0
+        compute_ms = 0
         if self._locks.idle(group_id) and group_id not in self._stale:
             # Nothing is in flight for the group, so memory is current and, until
             # this awaits, nothing else can run on it: compute before taking the
@@ -271,7 +284,7 @@ class GroupWriter:
             if isinstance(outcome, Result) and not outcome.records:
                 return self._answered_unchanged(group_id, outcome, cause, op_now_ms).response
             if isinstance(outcome, Result) and not computed_elsewhere:
-                self._note_inline_computation(outcome.records, started)
+                compute_ms = self._note_inline_computation(outcome.records, started)
         if outcome is None and cause in HEARTBEAT_CAUSES and not computed_elsewhere:
             return await self._queue(group_id, op, cause, new_member_id, group_type)  # type: ignore[arg-type]
         lock = self._locks.take(group_id)
@@ -279,9 +292,11 @@ class GroupWriter:
             async with lock:
                 if outcome is None:
                     return await self._run_locked(
-                        group_id, op, cause, new_member_id, group_type, computed_elsewhere
+                        group_id, op, cause, new_member_id, group_type, computed_elsewhere, circumstances
                     )
-                return await self._finish(group_id, group, outcome, cause, op_now_ms, fence)
+                return await self._finish(
+                    group_id, group, outcome, cause, op_now_ms, fence, circumstances, compute_ms
+                )
         finally:
             self._locks.give_back(group_id)
 
@@ -340,6 +355,7 @@ class GroupWriter:
         log = DeferredLog()
         served: list[tuple[Queued[Any], Result[Any], int]] = []
         records: list[Record] = []
+        events: list[GroupEvent] = []
         bumps: list[str] = []
         for entry in queue:
             ctx = self.context(group_id, work, entry.group_type, entry.new_member_id)
@@ -350,7 +366,8 @@ class GroupWriter:
                 entry.fail(e)  # refused: nothing done, the others go on
                 continue
             if result.records:
-                self._note_inline_computation(result.records, started)
+                compute_ms = self._note_inline_computation(result.records, started)
+                events += self._events(group_id, work, result.records, entry.cause, ctx.now_ms, compute_ms)
                 bump = log_records(log, work, group_id, result.records, entry.cause)
                 if bump is not None:
                     bumps.append(bump)
@@ -358,7 +375,7 @@ class GroupWriter:
                 records.extend(result.records)
             served.append((entry, result, ctx.now_ms))
         if records:
-            await self._store(group_id, records, None, fence)
+            events = await self._store(group_id, records, None, fence, events)
         for _, result, _ in served:
             self.metrics.heartbeat(written=bool(result.records))
         if records and self.shards.holds(fence):
@@ -366,6 +383,7 @@ class GroupWriter:
             for bump in bumps:
                 self.metrics.epoch_bumped(bump)
             self._keep(group_id, group, work, records, bumped=bool(bumps))
+            self._published(group_id, events)
         for entry, result, now_ms in served:
             self.apply_timers(group_id, result.timers, now_ms)
             entry.resolve(result.response)
@@ -424,21 +442,24 @@ class GroupWriter:
             self.metrics.heartbeat(written=False)
         return outcome
 
-    def _note_inline_computation(self, records: Sequence[Record], started: float) -> None:
+    def _note_inline_computation(self, records: Sequence[Record], started: float) -> int:
         """A target computed within the operation (not by the worker process): the
         operation's time is the figure, the computation being nearly all of it. With
-        traces on, a span of that time (started then, ended now) under the RPC's."""
-        if records and any(type(r) is TargetAssignmentEpochRecord for r in records):
-            seconds = time.perf_counter() - started
-            self.metrics.computed("inline", seconds)
-            if self.tracer is not None:
-                end = time.time_ns()
-                span = self.tracer.start_span(
-                    "regroup.assignment.compute",
-                    start_time=end - int(seconds * 1e9),
-                    attributes={"regroup.assignment.mode": "inline", "regroup.records": len(records)},
-                )
-                span.end(end_time=end)
+        traces on, a span of that time (started then, ended now) under the RPC's.
+        Answers that time in ms (0 when the records hold no target)."""
+        if not (records and any(type(r) is TargetAssignmentEpochRecord for r in records)):
+            return 0
+        seconds = time.perf_counter() - started
+        self.metrics.computed("inline", seconds)
+        if self.tracer is not None:
+            end = time.time_ns()
+            span = self.tracer.start_span(
+                "regroup.assignment.compute",
+                start_time=end - int(seconds * 1e9),
+                attributes={"regroup.assignment.mode": "inline", "regroup.records": len(records)},
+            )
+            span.end(end_time=end)
+        return round(seconds * 1000)
 
     def context(
         self, group_id: str, group: Group | None, group_type: str | None, new_member_id: str
@@ -456,6 +477,7 @@ class GroupWriter:
         new_member_id: str,
         group_type: str | None = None,
         computed_elsewhere: bool = False,
+        circumstances: Circumstances = NO_CIRCUMSTANCES,
     ) -> T:
         """Runs `op` with the group's lock held."""
         # Again: the shard may have moved while this waited for the lock.
@@ -464,12 +486,15 @@ class GroupWriter:
         ctx = self.context(group_id, group, group_type, new_member_id)
         started = time.perf_counter()
         outcome = op(group, ctx)
+        compute_ms = 0
         if isinstance(outcome, Result):
             if not outcome.records and cause in HEARTBEAT_CAUSES:
                 self.metrics.heartbeat(written=False)
             elif not computed_elsewhere:
-                self._note_inline_computation(outcome.records, started)
-        return await self._finish(group_id, group, outcome, cause, ctx.now_ms, fence)
+                compute_ms = self._note_inline_computation(outcome.records, started)
+        return await self._finish(
+            group_id, group, outcome, cause, ctx.now_ms, fence, circumstances, compute_ms
+        )
 
     async def _finish(
         self,
@@ -479,6 +504,8 @@ class GroupWriter:
         cause: str,
         op_now_ms: int,
         fence: Fence,
+        circumstances: Circumstances = NO_CIRCUMSTANCES,
+        compute_ms: int = 0,
     ) -> T:
         """With the group's lock held: awaits `op`'s result if it is computed
         elsewhere, stores its records, replays them onto the group and applies
@@ -493,7 +520,10 @@ class GroupWriter:
             if len(result.records) > PREPARE_INLINE_MAX_RECORDS:
                 write = await asyncio.to_thread(prepare_write, group_id, result.records)
         if result.records:
-            await self._store(group_id, result.records, write, fence)
+            events = self._events(
+                group_id, group, result.records, cause, op_now_ms, compute_ms, circumstances
+            )
+            events = await self._store(group_id, result.records, write, fence, events)
             if cause in HEARTBEAT_CAUSES:
                 self.metrics.heartbeat(written=True)
             if not self.shards.holds(fence):
@@ -508,8 +538,61 @@ class GroupWriter:
                 self._mark_stale(group_id, WriteInDoubt.of(result.records))
                 raise
             self._keep(group_id, group, replayed, result.records, bumped=bump is not None)
+            self._published(group_id, events)
         self.apply_timers(group_id, result.timers, op_now_ms)
         return result.response
+
+    # -- history (server/history.py) ---------------------------------------------
+
+    def _events(
+        self,
+        group_id: str,
+        group: Group | None,
+        records: Sequence[Record],
+        cause: str,
+        now_ms: int,
+        compute_ms: int,
+        circumstances: Circumstances = NO_CIRCUMSTANCES,
+    ) -> list[GroupEvent]:
+        """The events of an operation's records (none when history is off)."""
+        if self.history_max_events <= 0:
+            return []
+        unsettled = self._unsettled.get(group_id)
+        if compute_ms or unsettled is not None:
+            circumstances = replace(
+                circumstances,
+                compute_ms=circumstances.compute_ms or compute_ms,
+                unsettled_since_ms=unsettled,
+            )
+        return derive_events(group, group_id, records, cause, now_ms, self.config, circumstances)
+
+    def _published(self, group_id: str, events: list[GroupEvent]) -> None:
+        if events and self.on_events is not None:
+            self.on_events(group_id, events)
+
+    async def note_events(self, group_id: str, events: Sequence[GroupEvent]) -> None:
+        """Stores events that go with no record (a refused InstallAssignment), in a write
+        of their own under the group's lock, and publishes them."""
+        if self.history_max_events <= 0 or not events:
+            return
+        fence = self.shards.fence(group_id, self.clock.monotonic_ms())
+        lock = self._locks.take(group_id)
+        try:
+            async with lock:
+                stored = await self._store(group_id, (), None, fence, list(events))
+                self._published(group_id, stored)
+        finally:
+            self._locks.give_back(group_id)
+
+    def _keep_events(self, group_id: str, count: int) -> int:
+        """How many events the group keeps, when this write should drop the older ones
+        (once per tenth of the limit: each trim walks the group's index), else 0."""
+        since = self._events_since_trim.get(group_id, 0) + count
+        if since < max(1, self.history_max_events // 10):
+            self._events_since_trim[group_id] = since
+            return 0
+        self._events_since_trim[group_id] = 0
+        return self.history_max_events
 
     def _check_stable(self, group_id: str) -> None:
         """Records the time since the group's epoch bump once it is Stable. Reading the
@@ -542,9 +625,15 @@ class GroupWriter:
         return True
 
     async def _store(
-        self, group_id: str, records: Sequence[Record], write: PreparedWrite | None, fence: Fence
-    ) -> None:
-        """Stores `records` (as `write` when it was prepared already), fenced by `fence`."""
+        self,
+        group_id: str,
+        records: Sequence[Record],
+        write: PreparedWrite | None,
+        fence: Fence,
+        events: list[GroupEvent],
+    ) -> list[GroupEvent]:
+        """Stores `records` (as `write` when it was prepared already) and `events`, fenced by
+        `fence`; answers the events with their sequences."""
         # A plain try rather than a context manager: this runs for every write, and an
         # async one costs a generator and two more awaits each time.
         self._refuse_if_store_down(group_id)
@@ -553,15 +642,25 @@ class GroupWriter:
                 "regroup.store.append",
                 attributes={"regroup.group_id": group_id, "regroup.records": len(records)},
             ):
-                return await self._append(group_id, records, write, fence)
-        await self._append(group_id, records, write, fence)
+                return await self._append(group_id, records, write, fence, events)
+        return await self._append(group_id, records, write, fence, events)
 
     async def _append(
-        self, group_id: str, records: Sequence[Record], write: PreparedWrite | None, fence: Fence
-    ) -> None:
+        self,
+        group_id: str,
+        records: Sequence[Record],
+        write: PreparedWrite | None,
+        fence: Fence,
+        events: list[GroupEvent],
+    ) -> list[GroupEvent]:
         started = time.perf_counter()
         try:
-            await self.store.append(group_id, write or records, fence)
+            if events:
+                keep = self._keep_events(group_id, len(events))
+                sequences = await self.store.append(group_id, write or records, fence, events, keep)
+                events = with_sequences(events, sequences)
+            else:
+                await self.store.append(group_id, write or records, fence)
         except (StoreUnavailable, NotOwner) as e:
             self.metrics.stored(time.perf_counter() - started, ok=False)
             raise self._write_failed(group_id, e, WriteInDoubt.of(records)) from e
@@ -569,6 +668,7 @@ class GroupWriter:
             self.metrics.stored(time.perf_counter() - started, ok=False)
             raise self._write_conflicted(group_id, e) from e
         self.metrics.stored(time.perf_counter() - started, ok=True)
+        return events
 
     def _write_conflicted(self, group_id: str, e: StoreConflict) -> ApiError:
         """Postgres refused a group's write for a constraint: the store holds what this

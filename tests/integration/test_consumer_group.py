@@ -77,10 +77,10 @@ async def test_a_heartbeat_waits_for_a_write_of_its_group_in_flight(service: Ser
     store = service.coordinator.store
     append, writing, release = store.append, asyncio.Event(), asyncio.Event()
 
-    async def held_append(group_id: str, records: object, fence: object) -> None:
+    async def held_append(group_id: str, records: object, fence: object, *history: object) -> object:
         writing.set()
         await release.wait()
-        await append(group_id, records, fence)
+        return await append(group_id, records, fence, *history)
 
     store.append = held_append
     try:

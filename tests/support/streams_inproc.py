@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 
 from regroup.reconciler import Record
+from regroup.reconciler.history import GroupEvent
 from regroup.server.memstore import MemoryStore
 from regroup.server.store import Fence, PreparedWrite
 from regroup.server.streams import StreamClosed, StreamSession
@@ -28,11 +29,18 @@ class GatedStore(MemoryStore):
         self.gate.set()
         self.turns = 1
 
-    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite, fence: Fence) -> None:
+    async def append(
+        self,
+        group_id: str,
+        records: Sequence[Record] | PreparedWrite,
+        fence: Fence,
+        events: Sequence[GroupEvent] = (),
+        keep_events: int = 0,
+    ) -> Sequence[int]:
         for _ in range(self.turns):
             await asyncio.sleep(0)
         await self.gate.wait()
-        await super().append(group_id, records, fence)
+        return await super().append(group_id, records, fence, events, keep_events)
 
 
 class UnaryContext:

@@ -15,6 +15,7 @@ import pytest
 from regroup.reconciler import Topic
 from regroup.reconciler.model import MemberState
 from regroup.reconciler.records import CurrentAssignmentRecord, GroupMetadataRecord
+from regroup.server.history import EventQuery
 from regroup.server.leases import LeaseRequest
 from regroup.server.store import Fence, GroupStore, PostgresStore, StoreUnavailable
 
@@ -45,6 +46,8 @@ FENCE = Fence(0, 1)
 #: Every method of the store contract, called as the runtime calls it.
 CALLS: dict[str, Callable[[GroupStore], Awaitable[Any]]] = {
     "append": lambda s: s.append("g", [GroupMetadataRecord(1, 0, "consumer")], FENCE),
+    "list_events": lambda s: s.list_events("g", EventQuery()),
+    "expire_events": lambda s: s.expire_events(0),
     "group_ids": lambda s: s.group_ids(),
     "load_groups": lambda s: s.load_groups(),
     "load_group": lambda s: s.load_group("g"),

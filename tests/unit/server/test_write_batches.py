@@ -9,6 +9,7 @@ from typing import Any
 
 from regroup.reconciler import ConsumerGroupHeartbeat, GroupConfig, Record, replay_all
 from regroup.reconciler.errors import CoordinatorNotAvailable
+from regroup.reconciler.history import GroupEvent
 from regroup.server.clock import ManualClock
 from regroup.server.memstore import MemoryStore
 from regroup.server.runtime import Coordinator
@@ -28,15 +29,23 @@ class YieldingStore(MemoryStore):
         self.fail: set[int] = set()
         self.gate: asyncio.Event | None = None
 
-    async def append(self, group_id: str, records: Sequence[Record] | PreparedWrite, fence: Fence) -> None:
+    async def append(
+        self,
+        group_id: str,
+        records: Sequence[Record] | PreparedWrite,
+        fence: Fence,
+        events: Sequence[GroupEvent] = (),
+        keep_events: int = 0,
+    ) -> Sequence[int]:
         call, self.calls = self.calls, self.calls + 1
         await asyncio.sleep(0)
         if self.gate is not None:
             await self.gate.wait()
         if call in self.fail:
             raise StoreUnavailable("ConnectionRefusedError: test")
-        await super().append(group_id, records, fence)
+        sequences = await super().append(group_id, records, fence, events, keep_events)
         self.appends.append(len(records) if isinstance(records, Sequence) else -1)
+        return sequences
 
 
 def join(member_id: str) -> ConsumerGroupHeartbeat:
