@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from regroup.reconciler import Group, Record
+from regroup.reconciler.history import BUMP_CAUSES
 from regroup.reconciler.records import (
     ConnectorsRecord,
     CurrentAssignmentRecord,
@@ -20,16 +21,6 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
 )
 
-#: Why a group's epoch was bumped, by the operation that stored the bump, when the records
-#: alone do not tell (a member joined, left or changed its metadata).
-_BUMP_CAUSES = {
-    "metadata_refresh": "topics_changed",
-    "connectors_changed": "connectors_changed",
-    "session_timeout": "session_expired",
-    "rebalance_timeout": "rebalance_timed_out",
-    "install_assignment": "assignment_installed",
-    "delete": "group_deleted",
-}
 
 
 def log_records(
@@ -64,7 +55,7 @@ def log_records(
             case MemberMetadataTombstone():
                 event = "member_left" if cause == "leave" else "member_fenced"
                 log.info(event, member_id=record.member_id, reason=cause)
-                changed_member = _BUMP_CAUSES.get(cause, event)
+                changed_member = BUMP_CAUSES.get(cause, event)
             case GroupMetadataRecord() if record.group_epoch != epoch:
                 log.info("group_epoch_bumped", epoch=record.group_epoch, previous=epoch, reason=cause)
                 epoch = record.group_epoch
@@ -90,4 +81,4 @@ def log_records(
                 pass
     if bump is None:
         return None
-    return _BUMP_CAUSES.get(cause) or changed_member or cause
+    return BUMP_CAUSES.get(cause) or changed_member or cause

@@ -264,7 +264,9 @@ class Coordinator:
 
     async def _drop_shards(self, shards: Sequence[int]) -> None:
         dropped = self.writer.drop_shards(shards)
-        self.history.moved(dropped, "The group moved to another replica.")
+        self.history.moved(
+            dropped, "This replica no longer serves the group (its shard was released); find its coordinator."
+        )
         if dropped:
             self.log.info("shards_dropped", shards=list(shards), groups=len(dropped))
 

@@ -193,6 +193,11 @@ async def test_every_rpc_refuses_a_principal_without_the_right_and_changes_nothi
     assert [r.error_code for r in deleted.results] == [GROUP_DENIED]
     listed = await a.ListGroups(admin_pb2.ListGroupsRequest(), metadata=EVE)
     assert listed.error_code == common_pb2.NONE and list(listed.groups) == []
+    history = await a.ListGroupEvents(admin_pb2.ListGroupEventsRequest(group_id="team-1"), metadata=EVE)
+    assert (history.error_code, list(history.events)) == (GROUP_DENIED, [])
+    watched = [m async for m in a.WatchGroup(admin_pb2.WatchGroupRequest(group_id="team-1"), metadata=EVE)]
+    assert [m.description.error_code for m in watched] == [GROUP_DENIED]
+    assert not watched[0].events and not watched[0].description.members
 
     created = await a.CreateTopics(
         admin_pb2.CreateTopicsRequest(topics=[admin_pb2.CreatableTopic(name="new", num_partitions=1)]),

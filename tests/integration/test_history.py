@@ -9,11 +9,13 @@ the events as they are stored.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from regroup.server.clock import ManualClock
 from regroup.v1 import admin_pb2, common_pb2
 from tests.integration.conftest import Service, ServiceFactory
+from tests.integration.test_client_side_assignment import ClientSideMember
 from tests.support.wire import Stubs, WireMember, converge
 
 T = admin_pb2.GroupEventType
@@ -141,3 +143,149 @@ async def test_a_scripted_sequence_yields_exactly_its_events_and_they_survive_a_
     await service.server.stop()
     again = await start_service(clock=ManualClock(), session_timeout_ms=1_000)
     assert await events(again.stubs, "g") == found
+
+
+async def test_retention_keeps_the_newest_events_by_count_and_drops_old_ones_by_age(
+    start_service: ServiceFactory,
+) -> None:
+    clock = ManualClock()
+    service = await start_service(
+        clock=clock, history_max_events=10, history_max_age_ms=60_000, session_timeout_ms=600_000
+    )
+    stubs = service.stubs
+    await stubs.create_topic("orders", 4)
+    members = [WireMember(stubs.coordinator, "g", f"m{i}", ["orders"]) for i in range(4)]
+    for i in range(1, 5):  # each join makes several events: far more than 10 in all
+        await converge(stubs, "g", members[:i])
+    kept = await events(stubs, "g")
+    # Trimmed once per tenth of the limit, so in every write that has events: never more.
+    assert len(kept) == 10
+    assert names(kept)[-1] == ("GROUP_STABLE", "", "")
+    assert [e.member_id for e in kept if e.type == T.GROUP_EVENT_TYPE_MEMBER_JOINED] == ["m3"]
+    total = (await service.coordinator.store.fetch("SELECT count(*) AS n FROM group_events"))[0]["n"]
+    assert total == 10
+
+    clock.advance(60_001)
+    await members[0].leave()  # fresh events, at the new time
+    await service.coordinator.sweep()
+    left = await events(stubs, "g")
+    assert left and all(e.timestamp_ms == clock.wall_ms() for e in left)
+    assert names(left)[0] == ("MEMBER_LEFT", "left", "m0")
+
+
+async def test_a_heartbeat_that_changes_nothing_stores_no_event(service: Service) -> None:
+    await service.stubs.create_topic("orders", 2)
+    member = WireMember(service.stubs.coordinator, "g", "m", ["orders"])
+    await converge(service.stubs, "g", [member])
+    before = await events(service.stubs, "g")
+    commits = service.coordinator.store.commits
+    for _ in range(5):
+        await member.heartbeat()
+    assert service.coordinator.store.commits == commits
+    assert await events(service.stubs, "g") == before
+
+
+async def test_client_side_installs_and_refusals_are_in_the_history(service: Service) -> None:
+    topic = await service.stubs.create_topic("orders", 2)
+    member = ClientSideMember(service.stubs, "g", "A", ["orders"])
+    await member.heartbeat()
+    await member.heartbeat()
+    assert member.compute
+    prepared = await member.prepare()
+    refused = await member.install(prepared.group_epoch, {"A": {topic: [0]}})  # partition 1 missing
+    assert refused.error_code == common_pb2.INVALID_ASSIGNMENT
+    installed = await member.install(prepared.group_epoch, {"A": {topic: [0, 1]}})
+    assert installed.error_code == common_pb2.NONE, installed.error_message
+    found = await events(service.stubs, "g")
+    refusal = [e for e in found if e.type == T.GROUP_EVENT_TYPE_ASSIGNMENT_REFUSED]
+    assert [(e.reason, e.member_id) for e in refusal] == [("invalid_assignment", "A")]
+    assert "neither assigned nor held back" in refusal[0].message
+    install = [e for e in found if e.type == T.GROUP_EVENT_TYPE_ASSIGNMENT_INSTALLED]
+    assert [(e.member_id, e.assignor, e.group_epoch) for e in install] == [("A", "x", prepared.group_epoch)]
+    assert found.index(refusal[0]) < found.index(install[0])
+
+
+async def test_bad_history_requests_get_precise_errors(service: Service) -> None:
+    admin = service.stubs.admin
+    Req = admin_pb2.ListGroupEventsRequest
+    cases = {
+        "limit": Req(group_id="g", limit=-1),
+        "at most": Req(group_id="g", limit=10_001),
+        "after_sequence": Req(group_id="g", after_sequence=-5),
+        "types": Req(group_id="g", types=[99]),
+    }
+    for expected, request in cases.items():
+        response = await admin.ListGroupEvents(request)
+        assert response.error_code == common_pb2.INVALID_REQUEST, request
+        assert expected in response.error_message
+    bad_id = await admin.ListGroupEvents(Req(group_id=""))
+    assert (bad_id.error_code, bad_id.error_message) == (
+        common_pb2.INVALID_REQUEST,
+        "GroupId can't be empty.",
+    )
+    stream = admin.WatchGroup(admin_pb2.WatchGroupRequest(group_id="g", history=5_000))
+    only = [m async for m in stream]
+    assert len(only) == 1 and only[0].description.error_code == common_pb2.INVALID_REQUEST
+    # A group that never existed has no history (and no error: it may be created later).
+    assert (await admin.ListGroupEvents(Req(group_id="never"))).events == []
+
+
+async def test_watch_group_sends_the_description_then_each_change(service: Service) -> None:
+    stubs = service.stubs
+    await stubs.create_topic("orders", 4)
+    a = WireMember(stubs.coordinator, "g", "a", ["orders"])
+    await converge(stubs, "g", [a])
+    stream = stubs.admin.WatchGroup(admin_pb2.WatchGroupRequest(group_id="g", history=2, descriptions=True))
+    first = await asyncio.wait_for(stream.read(), 5)
+    assert first.description.group_state == "Stable"
+    assert [m.member_id for m in first.description.members] == ["a"]
+    assert names(list(first.events)) == [("MEMBER_RECONCILED", "", "a"), ("GROUP_STABLE", "", "")]
+
+    b = WireMember(stubs.coordinator, "g", "b", ["orders"])
+    await converge(stubs, "g", [a, b])
+    seen: list[admin_pb2.GroupEvent] = []
+    last = first
+    while not seen or names(seen)[-1] != ("GROUP_STABLE", "", ""):
+        last = await asyncio.wait_for(stream.read(), 5)
+        seen += last.events
+    assert names(seen)[:2] == [("MEMBER_JOINED", "joined", "b"), ("GROUP_EPOCH_BUMPED", "member_joined", "")]
+    assert [e.sequence for e in seen] == sorted({e.sequence for e in seen})
+    assert seen[0].sequence > first.events[-1].sequence
+    assert seen == (await events(stubs, "g", after_sequence=first.events[-1].sequence))
+    assert last.description.group_state == "Stable"
+    assert [m.member_id for m in last.description.members] == ["a", "b"]
+    stream.cancel()
+    for _ in range(50):
+        if service.coordinator.history.count() == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert service.coordinator.history.count() == 0
+
+
+async def test_watching_a_group_not_created_yet_reports_it_once_it_is(service: Service) -> None:
+    stubs = service.stubs
+    await stubs.create_topic("orders", 1)
+    stream = stubs.admin.WatchGroup(admin_pb2.WatchGroupRequest(group_id="later"))
+    first = await asyncio.wait_for(stream.read(), 5)
+    assert first.description.error_code == common_pb2.GROUP_ID_NOT_FOUND
+    await WireMember(stubs.coordinator, "later", "m", ["orders"]).heartbeat()
+    created = await asyncio.wait_for(stream.read(), 5)
+    assert names(list(created.events))[:2] == [
+        ("GROUP_CREATED", "heartbeat", ""),
+        ("MEMBER_JOINED", "joined", "m"),
+    ]
+    assert not created.HasField("description")  # descriptions were not asked for
+    stream.cancel()
+
+
+async def test_a_stopping_server_ends_its_watches(start_service: ServiceFactory) -> None:
+    """It hands its shards over as it stops: its watchers are told to find the new owner."""
+    service = await start_service()
+    await service.stubs.create_topic("orders", 1)
+    await WireMember(service.stubs.coordinator, "g", "m", ["orders"]).heartbeat()
+    stream = service.stubs.admin.WatchGroup(admin_pb2.WatchGroupRequest(group_id="g"))
+    await asyncio.wait_for(stream.read(), 5)
+    await service.server.stop()
+    last = await asyncio.wait_for(stream.read(), 5)
+    assert last.description.error_code == common_pb2.NOT_COORDINATOR
+    assert "no longer serves" in last.description.error_message
