@@ -22,7 +22,6 @@ from regroup.reconciler.records import (
 )
 
 
-
 def log_records(
     log: Any, group: Group | None, group_id: str, records: Sequence[Record], cause: str
 ) -> str | None:
