@@ -88,7 +88,7 @@ class MemoryStore:
     async def ping(self) -> None:
         self._reach()
 
-    def _guard(self, group_id: str, records: Sequence[Record], fence: Fence, *, events: bool = False) -> None:
+    def _guard(self, group_id: str, records: Sequence[Record], fence: Fence, *, trims: bool = False) -> None:
         """As PostgresStore: the shard's lease must be this replica's at the fence's
         owner epoch and live by the database's clock; a lone step write (its
         one-statement path) also refuses a group that is not stored."""
@@ -101,7 +101,7 @@ class MemoryStore:
             raise NotOwner(f"{where} is held by {lease.owner} at owner epoch {lease.owner_epoch}.")
         if lease.expired(db.clock()):
             raise NotOwner(f"{where}: the lease at owner epoch {fence.owner_epoch} expired.")
-        lone_step = len(records) == 1 and type(records[0]) is CurrentAssignmentRecord and not events
+        lone_step = len(records) == 1 and type(records[0]) is CurrentAssignmentRecord and not trims
         if lone_step and group_id not in db.log:
             raise NotOwner(f"{where} is not stored.")
 
@@ -119,7 +119,7 @@ class MemoryStore:
         stored = [_as_stored(r) for r in records if not isinstance(r, SOFT_RECORDS)]
         if not stored and not events:
             return ()
-        self._guard(group_id, stored, fence, events=bool(events))
+        self._guard(group_id, stored, fence, trims=keep_events > 0)
         db = self.database
         sequences = self._store_events(group_id, events, keep_events)
         if not stored:

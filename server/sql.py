@@ -206,3 +206,33 @@ WHERE group_id = $1
   AND ($4::bigint = 0 OR at_ms >= $4) AND ($5::bigint = 0 OR at_ms < $5)
   AND (cardinality($6::smallint[]) = 0 OR event_type = ANY ($6))
 """
+
+#: GUARDED_UPSERT_CURRENT with the step's events (a member that reached the target, the group
+#: Stable), still one statement: $11..$15 are INSERT_EVENTS' arrays. The events are inserted
+#: only when the fenced upsert wrote its row; answers that (written) and their sequences.
+GUARDED_UPSERT_CURRENT_WITH_EVENTS = """
+WITH owned AS (
+    SELECT 1 FROM shard_leases l JOIN groups g ON g.group_id = $1
+    WHERE l.shard = $8 AND l.owner = $9 AND l.owner_epoch = $10 AND l.expires_at > clock_timestamp()
+    FOR SHARE OF l
+), step AS (
+    INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
+                                     assigned, pending_revocation)
+    SELECT $1, $2, $3, $4, $5, $6::jsonb, $7::jsonb FROM owned
+    ON CONFLICT (group_id, member_id) DO UPDATE SET
+        state = EXCLUDED.state, member_epoch = EXCLUDED.member_epoch,
+        previous_member_epoch = EXCLUDED.previous_member_epoch,
+        assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
+    RETURNING 1
+), events AS (
+    INSERT INTO group_events (group_id, at_ms, event_type, group_epoch, member_id, detail)
+    SELECT $1, e.at_ms, e.event_type, e.group_epoch, e.member_id, e.detail
+    FROM unnest($11::bigint[], $12::smallint[], $13::int[], $14::text[], $15::jsonb[])
+         WITH ORDINALITY AS e(at_ms, event_type, group_epoch, member_id, detail, ord)
+    WHERE EXISTS (SELECT 1 FROM step)
+    ORDER BY e.ord
+    RETURNING sequence
+)
+SELECT EXISTS (SELECT 1 FROM step) AS written,
+       ARRAY(SELECT sequence FROM events ORDER BY sequence) AS sequences
+"""

@@ -552,22 +552,30 @@ class PostgresStore:
 
     # -- the shard fence -----------------------------------------------------
 
-    async def _append_current_assignment(self, group_id: str, row: tuple[Any, ...], fence: Fence) -> None:
-        """The most frequent write (one member's reconciliation step) in one statement.
+    async def _append_current_assignment(
+        self, group_id: str, row: tuple[Any, ...], fence: Fence, events: Sequence[GroupEvent] = ()
+    ) -> Sequence[int]:
+        """The most frequent write (one member's reconciliation step) in one statement,
+        with its events if it has any (it reached the target); answers their sequences.
 
         One round trip instead of four (begin, guard, upsert, commit): the fence
         is a CTE that locks the shard's lease FOR SHARE, so a replica taking the
         shard over waits for this write, and a write from a replica that lost
         the shard inserts nothing.
         """
-        args = (*row, fence.shard, self.replica_id, fence.owner_epoch)
+        args: tuple[Any, ...] = (*row, fence.shard, self.replica_id, fence.owner_epoch)
+        if events:
+            rows = [event_row(e) for e in events]
+            args += tuple(list(column) for column in zip(*rows, strict=True))
+        sequences: Sequence[int] = ()
         try:
             conn = await self._take_held()
             if conn is None:  # every held connection is busy: an ordinary pooled one
-                status = await self._pool.execute(sql.GUARDED_UPSERT_CURRENT, *args)
+                async with self._pool.acquire() as pooled:
+                    written, sequences = await self._step(pooled, args, bool(events))
             else:
                 try:
-                    status = await conn.execute(sql.GUARDED_UPSERT_CURRENT, *args)
+                    written, sequences = await self._step(conn, args, bool(events))
                 except BaseException:
                     # Back to the pool, which resets or replaces a connection left in doubt.
                     await self._unhold(conn)
@@ -575,11 +583,22 @@ class PostgresStore:
                 await self._give_back_held(conn)
         except DATABASE_ERRORS as e:
             raise _database_error(e) from e
-        if status.endswith(" 0"):
+        if not written:
             async with self._connection() as conn:
                 lease = await conn.fetchrow(sql.SHARD_LEASE, fence.shard)
             raise NotOwner(_fence_failed(group_id, fence, self.replica_id, lease, lone_step=True))
         self.commits += 1
+        return sequences
+
+    @staticmethod
+    async def _step(conn: Conn, args: tuple[Any, ...], with_events: bool) -> tuple[bool, Sequence[int]]:
+        """Runs the one-statement step: (whether the fenced upsert wrote, the events' sequences)."""
+        if not with_events:
+            status = await conn.execute(sql.GUARDED_UPSERT_CURRENT, *args)
+            return not status.endswith(" 0"), ()
+        row = await conn.fetchrow(sql.GUARDED_UPSERT_CURRENT_WITH_EVENTS, *args)
+        assert row is not None
+        return bool(row["written"]), list(row["sequences"])
 
     async def _guard(self, conn: Conn, group_id: str, fence: Fence) -> None:
         lease = await conn.fetchrow(sql.LOCK_SHARD_LEASE, fence.shard)
@@ -604,9 +623,8 @@ class PostgresStore:
         write = records if isinstance(records, PreparedWrite) else prepare_write(group_id, records)
         if write.is_empty() and not events:
             return ()  # only soft records: nothing to store
-        if write.is_single_current_assignment() and not events:
-            await self._append_current_assignment(group_id, write.upserts[0][1][0], fence)
-            return ()
+        if write.is_single_current_assignment() and not keep_events:
+            return await self._append_current_assignment(group_id, write.upserts[0][1][0], fence, events)
         async with self._transaction() as conn:
             await self._write(conn, group_id, write, fence)
             if not events:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from regroup.reconciler import Group, Record, Topic, replay_all
+from regroup.reconciler.history import EventType, GroupEvent
 from regroup.reconciler.model import (
     CONNECT_GROUP_TYPE,
     ClientAssignor,
@@ -35,6 +36,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberRecord,
     member_removal_records,
 )
+from regroup.server.history import EventQuery
 from regroup.server.leases import LeaseRequest
 from regroup.server.memstore import MemoryDatabase, MemoryStore
 from regroup.server.store import Fence, GroupStore, NotOwner, PostgresStore, StoreConflict
@@ -334,3 +336,61 @@ async def test_replicas_hear_topic_changes_and_released_shards(new_store: NewSto
     assert ("regroup_leases", "r1") not in heard  # renewing or acquiring says nothing
     await first.lease_round(LeaseRequest("r1", "", 60_000, {}, release=[0]))
     await heard_soon(("regroup_leases", "r1"))
+
+
+def _event(kind: EventType, at_ms: int, **fields: Any) -> GroupEvent:
+    return GroupEvent(type=kind, timestamp_ms=at_ms, group_epoch=1, **fields)
+
+
+async def test_events_are_stored_with_their_write_read_back_trimmed_and_expired(new_store: NewStore) -> None:
+    store = await owner(new_store)
+    joined = _event(EventType.MEMBER_JOINED, 1_000, member_id="m1", reason="joined", message="Hi.")
+    sequences = list(
+        await store.store.append(
+            "g", CREATED, store.fence("g"), [joined, _event(EventType.GROUP_STABLE, 1_000)]
+        )
+    )
+    assert len(sequences) == 2 and sequences[0] < sequences[1]
+    step = CurrentAssignmentRecord("m1", MemberState.STABLE, 1, 0, {}, {})
+    more = list(
+        await store.store.append(
+            "g", (step,), store.fence("g"), [_event(EventType.MEMBER_RECONCILED, 2_000, member_id="m1")]
+        )
+    )
+    assert more[0] > sequences[1]
+    await store.store.append("h", CREATED, store.fence("h"), [_event(EventType.GROUP_CREATED, 1_500)])
+
+    newest, more_left = await store.list_events("g", EventQuery())
+    assert [e.type for e in newest] == [
+        EventType.MEMBER_RECONCILED,
+        EventType.GROUP_STABLE,
+        EventType.MEMBER_JOINED,
+    ]
+    assert not more_left
+    assert newest[-1] == joined and newest[-1].sequence == sequences[0]  # every field comes back
+    page, more_left = await store.list_events(
+        "g", EventQuery(limit=1, oldest_first=True, after_sequence=sequences[0])
+    )
+    assert [e.sequence for e in page] == [sequences[1]] and more_left
+    late, _ = await store.list_events("g", EventQuery(since_ms=1_500))
+    assert [e.type for e in late] == [EventType.MEMBER_RECONCILED]
+    typed, _ = await store.list_events("g", EventQuery(types=(int(EventType.MEMBER_JOINED),)))
+    assert typed == [joined]
+
+    # A write the fence refuses stores none of its events (the one-statement step too).
+    await store.lease_round(LeaseRequest("r1", "", 1_000, {}, release=tuple(range(64))))
+    for records in ((step,), (GroupMetadataRecord(2, 0, "consumer"),)):
+        with pytest.raises(NotOwner):
+            await store.store.append("g", records, store.fence("g"), [_event(EventType.GROUP_STABLE, 3_000)])
+    assert len((await store.list_events("g", EventQuery()))[0]) == 3
+    store = await owner(new_store, "r2")
+
+    # Deleting the group keeps its history; keep_events trims to the newest.
+    await store.store.append(
+        "g", (GroupTombstone(),), store.fence("g"), [_event(EventType.GROUP_DELETED, 4_000)], 2
+    )
+    kept, _ = await store.list_events("g", EventQuery())
+    assert [e.type for e in kept] == [EventType.GROUP_DELETED, EventType.MEMBER_RECONCILED]
+    assert await store.expire_events(2_001) == 2  # g's event at 2000 and h's at 1500
+    assert [e.type for e in (await store.list_events("g", EventQuery()))[0]] == [EventType.GROUP_DELETED]
+    assert (await store.list_events("h", EventQuery()))[0] == []
