@@ -33,6 +33,7 @@ from .storewatch import StoreWatch
 from .streams import StreamClosed, StreamHub, StreamLimits
 from .telemetry import MetricsRuntime, on_loop, start_metrics, start_tracing
 from .tls import CertificateError, CertificateFiles, server_credentials
+from .webview import GroupReader, load_files
 
 log = structlog.get_logger("regroup")
 
@@ -180,6 +181,8 @@ class RegroupServer:
         self.tls = load_tls(self.settings)
         self.access = load_access(self.settings)
         migrations = find_migrations(self.settings)
+        # Before any database is reached, as the migrations: a broken install says so first.
+        web_files = load_files() if self.settings.web_view_served() else None
         dsn = await resolve_database_url(self.settings)
         applied = await run_migrations(dsn, migrations, self.settings.shards)
         if applied:
@@ -231,6 +234,8 @@ class RegroupServer:
         if provider is not None:
             self.coordinator.writer.tracer = provider.get_tracer("regroup.server")
         self._metrics.metrics.observe(on_loop(asyncio.get_running_loop(), self.coordinator.gauges()))
+        if web_files is not None and self._metrics.app is not None:
+            self._metrics.app.serve_view(GroupReader(self.coordinator, asyncio.get_running_loop()), web_files)
         self._forwarder = Forwarder(
             self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit, tls=self.tls
         )
@@ -280,6 +285,7 @@ class RegroupServer:
             replica_id=self._store.replica_id,
             extra_accepts=extra,
             metrics=self._metrics_address(),
+            web_view=f"http://{self._metrics_address()}/" if web_files is not None else "off",
             tls="off" if self.tls is None else "mtls" if self.tls.mutual else "tls",
             fingerprint=None if self.tls is None else self.tls.current.fingerprint,
             acl="off" if self.access.acl is None else str(self.access.acl.path),

@@ -65,8 +65,12 @@ class Settings:
     advertised_address: str = ""
     #: Calls for a group another replica owns are forwarded there (else NOT_COORDINATOR).
     forward: bool = True
-    #: host:port of the Prometheus metrics endpoint, or "off".
+    #: host:port of the Prometheus metrics endpoint, or "off". The web view is served there too.
     metrics_listen: str = DEFAULT_METRICS_LISTEN
+    #: The read-only web view on the metrics port (server/webview.py): True or False as
+    #: REGROUP_WEB_VIEW says; None (unset) serves it only without an ACL, because the view
+    #: shows every group to anyone who reaches the port, whatever the ACL grants them.
+    web_view: bool | None = None
     #: host:port of a plain-text port serving only the gRPC health service, or "off": for
     #: probes that cannot speak TLS (Kubernetes' gRPC probes) when the server does.
     health_listen: str = "off"
@@ -103,6 +107,14 @@ class Settings:
                 load_tokens(self.tokens_file)
         except AccessFileError as e:
             raise ConfigError(str(e)) from None
+
+    def web_view_served(self) -> bool:
+        """Whether the metrics port serves the web view: as REGROUP_WEB_VIEW says, else only
+        without an ACL (the view has no principal to check, so with an ACL it would show
+        groups their ACL hides from some callers)."""
+        if self.metrics_listen == "off":
+            return False
+        return self.web_view if self.web_view is not None else self.acl_file is None
 
     def tls_paths(self) -> TlsPaths | None:
         """The TLS files, or None when the server speaks plain text (ConfigError when
@@ -148,6 +160,7 @@ _ENV = {
     "advertised_address": "REGROUP_ADVERTISED_ADDRESS",
     "forward": "REGROUP_FORWARD",
     "metrics_listen": "REGROUP_METRICS_LISTEN",
+    "web_view": "REGROUP_WEB_VIEW",
     "health_listen": "REGROUP_HEALTH_LISTEN",
     "tls_cert": "REGROUP_TLS_CERT",
     "tls_key": "REGROUP_TLS_KEY",
@@ -261,6 +274,7 @@ def _parse(raw: Mapping[str, str]) -> Settings:
         metrics_listen=_host_port_or_off(
             "metrics_listen", raw.get("metrics_listen", defaults.metrics_listen)
         ),
+        web_view=_bool(raw, "web_view", False) if "web_view" in raw else None,
         health_listen=_host_port_or_off("health_listen", raw.get("health_listen", defaults.health_listen)),
         tls_cert=tls.cert if tls is not None else None,
         tls_key=tls.key if tls is not None else None,

@@ -5,8 +5,9 @@ into it. Without a provider its instruments are the API's no-ops, which is what 
 the in-memory seams get by default. `start_metrics` builds the SDK's `MeterProvider` with:
 
 - a Prometheus endpoint (`REGROUP_METRICS_LISTEN`, default 127.0.0.1:9464, "off" for
-  none), served by prometheus_client from a registry of this server's own, so that
-  several servers in one process (tests) do not mix their figures;
+  none), prometheus_client's WSGI app on a registry of this server's own, so that
+  several servers in one process (tests) do not mix their figures; the HTTP server
+  is server/webview.py's, which serves the web view on the same port;
 - an OTLP exporter when the standard `OTEL_EXPORTER_OTLP_ENDPOINT` or
   `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` variable is set (its other `OTEL_*` variables
   apply as the exporter reads them).
@@ -385,6 +386,8 @@ class MetricsRuntime:
     thread: Any = None
     #: The Prometheus endpoint's port (0 when there is none).
     port: int = 0
+    #: What the port serves (webview.HttpApp): /metrics, and the web view once asked to.
+    app: Any = None
 
     def shutdown(self) -> None:
         if self.http is not None:
@@ -413,17 +416,18 @@ def start_metrics(listen: str, replica_id: str, environ: Mapping[str, str] = os.
     from opentelemetry.sdk.resources import Resource
 
     readers: list[MetricReader] = []
-    http = thread = None
+    http = thread = app = None
     port = 0
     if listen != "off":
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry, make_wsgi_app
+
+        from .webview import HttpApp, serve
 
         registry = CollectorRegistry(auto_describe=True)
         readers.append(merging(PrometheusMetricReader, points)(registry=registry))
-        host, _, port_text = listen.rpartition(":")
-        address = host.strip("[]") or "0.0.0.0"
-        http, thread = start_http_server(int(port_text), addr=address, registry=registry)
+        app = HttpApp(make_wsgi_app(registry))
+        http, thread = serve(listen, app)
         port = int(http.server_port)
     if otlp_wanted(environ):
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -438,7 +442,7 @@ def start_metrics(listen: str, replica_id: str, environ: Mapping[str, str] = os.
         resource=resource, metric_readers=readers, exemplar_filter=AlwaysOffExemplarFilter()
     )
     metrics = Metrics(provider.get_meter(SCOPE), durations)
-    return MetricsRuntime(metrics, provider, http, thread, port)
+    return MetricsRuntime(metrics, provider, http, thread, port, app)
 
 
 # -- traces ----------------------------------------------------------------------------------

@@ -125,3 +125,18 @@ def test_stream_limits_are_read_and_checked_against_each_other() -> None:
         load_settings({"REGROUP_STREAM_MAX_MEMBERS": "200", "REGROUP_STREAM_MAX_PENDING": "100"})
     with pytest.raises(ConfigError, match="REGROUP_STREAM_MAX_BATCH must be at least 1"):
         load_settings({"REGROUP_STREAM_MAX_BATCH": "0"})
+
+
+def test_the_web_view_is_served_by_default_only_without_an_acl(tmp_path: Path) -> None:
+    acl = tmp_path / "acl.json"
+    acl.write_text("[]")
+    assert load_settings({}).web_view is None
+    assert load_settings({}).web_view_served()
+    # An ACL turns it off unless REGROUP_WEB_VIEW says on: the view checks no principal.
+    assert not load_settings({"REGROUP_ACL_FILE": str(acl)}).web_view_served()
+    assert load_settings({"REGROUP_ACL_FILE": str(acl), "REGROUP_WEB_VIEW": "on"}).web_view_served()
+    assert not load_settings({"REGROUP_WEB_VIEW": "off"}).web_view_served()
+    # It lives on the metrics port: none, no view.
+    assert not load_settings({"REGROUP_WEB_VIEW": "on", "REGROUP_METRICS_LISTEN": "off"}).web_view_served()
+    with pytest.raises(ConfigError, match="REGROUP_WEB_VIEW must be true or false"):
+        load_settings({"REGROUP_WEB_VIEW": "maybe"})

@@ -1,0 +1,328 @@
+// The web view (docs/web-view.md): polls this replica's JSON every second and redraws.
+// Ids come from clients: they are only ever set as text (textContent, attributes), never
+// parsed as markup, and the server's Content-Security-Policy allows no inline script.
+"use strict";
+
+const POLL_MS = 1000;
+const EVENTS_SHOWN = 50;
+// Epoch observations kept per group for the timeline (about ten minutes at one a second).
+const TIMELINE_POINTS = 600;
+const SVG_NS = "http://www.w3.org/2000/svg";
+const MEMBER_COLOURS = ["#8e24aa", "#00897b", "#f4511e", "#3949ab", "#c0ca33", "#6d4c41", "#d81b60", "#039be5"];
+
+const state = {
+  selected: null, // the group id the hash names
+  observed: new Map(), // group id -> [{t, groupEpoch, assignmentEpoch, members: {id: epoch}}]
+  timer: null,
+};
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "text") node.textContent = value;
+    else if (key === "className") node.className = value;
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function svg(tag, attrs = {}) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  return node;
+}
+
+async function getJson(url) {
+  const response = await fetch(url, { cache: "no-store", headers: { Accept: "application/json" } });
+  const body = await response.json().catch(() => ({}));
+  return { ok: response.ok, status: response.status, body };
+}
+
+function selectedFromHash() {
+  const match = location.hash.match(/^#\/groups\/(.+)$/);
+  return match ? decodeURIComponent(match[1]) : null;
+}
+
+function groupHref(id) {
+  return "#/groups/" + encodeURIComponent(id);
+}
+
+function setStatus(kind, text) {
+  const status = document.getElementById("status");
+  status.dataset.status = kind;
+  status.textContent = text;
+}
+
+// -- the groups list -----------------------------------------------------------------
+
+function renderGroups(listing) {
+  document.getElementById("replica").textContent = listing.replicaId ? "replica " + listing.replicaId : "";
+  const shown = listing.groups.length;
+  document.getElementById("group-count").textContent =
+    listing.total > shown ? `(${shown} of ${listing.total})` : `(${shown})`;
+  document.getElementById("groups-empty").hidden = shown > 0;
+  const rows = listing.groups.map((g) => {
+    const row = el(
+      "tr",
+      { "data-group": g.groupId, "aria-selected": String(g.groupId === state.selected) },
+      el("td", {}, el("a", { href: groupHref(g.groupId), text: g.groupId })),
+      el("td", { text: g.groupType }),
+      el("td", { text: g.groupState, "data-field": "state" }),
+      el("td", { text: `${g.groupEpoch} / ${g.assignmentEpoch}` }),
+      el("td", { text: String(g.members), "data-field": "members" }),
+    );
+    row.addEventListener("click", () => { location.hash = groupHref(g.groupId); });
+    return row;
+  });
+  document.querySelector("#groups tbody").replaceChildren(...rows);
+}
+
+// -- one group ---------------------------------------------------------------------------
+
+// A member's units of one kind, as "topic:partition" keys. Consumer groups list topic
+// partitions; Connect groups list connectors (unit 0 of the connector) and tasks (unit
+// task + 1), which is how the server counts a connector's units in `topics`.
+function units(group, member, kind) {
+  const keys = new Set();
+  if (group.groupType === "connect") {
+    const field = { assigned: "connectAssignment", revoking: "connectPendingRevocation", target: "connectTargetAssignment" }[kind];
+    const value = member[field] || {};
+    for (const c of value.connectors || []) keys.add(`${c}:0`);
+    for (const t of value.tasks || []) keys.add(`${t.connector}:${(t.task || 0) + 1}`);
+    return keys;
+  }
+  const field = { assigned: "assignment", revoking: "pendingRevocation", target: "targetAssignment" }[kind];
+  for (const tp of (member[field] || {}).topicPartitions || []) {
+    for (const p of tp.partitions || []) keys.add(`${tp.topicName || tp.topicId}:${p}`);
+  }
+  return keys;
+}
+
+function cellState(owned, revoking, target, key) {
+  if (owned.has(key)) return "owned";
+  if (revoking.has(key)) return "revoking";
+  if (target.has(key)) return "waiting";
+  return "empty";
+}
+
+const STATE_TEXT = {
+  owned: "owned",
+  revoking: "pending revocation",
+  waiting: "waiting: in the target, not yet released by its previous owner",
+  empty: "not this member's",
+};
+
+// Columns: every partition of the topics the group subscribes to, and any other the
+// members hold (a deleted topic's, until they release it).
+function columns(group, topics, memberUnits) {
+  const counts = new Map(topics.map((t) => [t.name, t.numPartitions]));
+  for (const sets of memberUnits) {
+    for (const set of Object.values(sets)) {
+      for (const key of set) {
+        const cut = key.lastIndexOf(":");
+        const topic = key.slice(0, cut);
+        const partition = Number(key.slice(cut + 1));
+        counts.set(topic, Math.max(counts.get(topic) || 0, partition + 1));
+      }
+    }
+  }
+  const label = group.groupType === "connect" ? (p) => (p === 0 ? "c" : `t${p - 1}`) : (p) => String(p);
+  return [...counts.keys()].sort().map((name) => ({
+    name,
+    partitions: Array.from({ length: counts.get(name) }, (_, p) => ({ p, label: label(p) })),
+  }));
+}
+
+function renderMatrix(group, topics) {
+  const members = group.members || [];
+  const memberUnits = members.map((m) => ({
+    owned: units(group, m, "assigned"),
+    revoking: units(group, m, "revoking"),
+    target: units(group, m, "target"),
+  }));
+  const cols = columns(group, topics, memberUnits);
+  const topicRow = el("tr", {}, el("th", { text: group.groupType === "connect" ? "connector" : "topic" }));
+  const partitionRow = el("tr", {}, el("th", { text: "member (epoch, state)" }));
+  for (const t of cols) {
+    topicRow.append(el("th", { className: "topic topic-start", colspan: String(t.partitions.length), text: t.name }));
+    t.partitions.forEach((part, i) => {
+      partitionRow.append(el("th", { className: i === 0 ? "topic-start" : "", text: part.label }));
+    });
+  }
+  const rows = members.map((m, i) => {
+    const head = el("th", { scope: "row" }, el("span", { text: m.memberId }), el("span", { className: "epoch", text: ` (${m.memberEpoch}, ${m.memberState})` }));
+    if (m.drainState) head.append(el("span", { className: `badge ${m.drainState.toLowerCase()}`, text: m.drainState }));
+    const row = el("tr", { "data-member": m.memberId }, head);
+    const sets = memberUnits[i];
+    for (const t of cols) {
+      t.partitions.forEach((part, j) => {
+        const key = `${t.name}:${part.p}`;
+        const s = cellState(sets.owned, sets.revoking, sets.target, key);
+        row.append(el("td", {
+          className: `cell ${s}` + (j === 0 ? " topic-start" : ""),
+          "data-state": s,
+          "data-topic": t.name,
+          "data-partition": String(part.p),
+          title: `${m.memberId} · ${t.name}-${part.label}: ${STATE_TEXT[s]}`,
+        }));
+      });
+    }
+    return row;
+  });
+  const table = document.getElementById("matrix");
+  table.replaceChildren(el("thead", {}, topicRow, partitionRow), el("tbody", {}, ...rows));
+}
+
+function renderSummary(group) {
+  const fields = [
+    ["state", group.groupState],
+    ["type", group.groupType],
+    ["group epoch", group.groupEpoch],
+    ["assignment epoch", group.assignmentEpoch],
+    ["assignor", group.assignorName || "—"],
+    ["members", (group.members || []).length],
+  ];
+  if (group.computingMemberId) fields.push(["computing member", group.computingMemberId]);
+  if (group.assignmentError) fields.push(["assignment error", group.assignmentError]);
+  const items = fields.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v), "data-field": k })]);
+  document.getElementById("group-summary").replaceChildren(...items);
+}
+
+// -- the epochs' timeline ------------------------------------------------------------------
+
+function observe(group) {
+  const points = state.observed.get(group.groupId) || [];
+  const members = {};
+  for (const m of group.members || []) members[m.memberId] = m.memberEpoch;
+  const last = points[points.length - 1];
+  const point = { t: Date.now(), groupEpoch: group.groupEpoch, assignmentEpoch: group.assignmentEpoch, members };
+  // One point per change (and the first): the strip is drawn as steps up to now.
+  if (!last || last.groupEpoch !== point.groupEpoch || last.assignmentEpoch !== point.assignmentEpoch ||
+      JSON.stringify(last.members) !== JSON.stringify(members)) {
+    points.push(point);
+    if (points.length > TIMELINE_POINTS) points.shift();
+  }
+  state.observed.set(group.groupId, points);
+  return points;
+}
+
+function renderTimeline(points) {
+  const width = 800, height = 180, left = 36, right = 10, top = 10, bottom = 22;
+  const now = Date.now();
+  const t0 = Math.min(points[0].t, now - 10000);
+  let maxEpoch = 1;
+  for (const p of points) {
+    maxEpoch = Math.max(maxEpoch, p.groupEpoch, p.assignmentEpoch, ...Object.values(p.members));
+  }
+  const x = (t) => left + ((t - t0) / Math.max(1, now - t0)) * (width - left - right);
+  const y = (e) => top + (1 - Math.max(0, e) / maxEpoch) * (height - top - bottom);
+  const steps = (read) => {
+    let d = "";
+    let previous = null;
+    for (const p of points) {
+      const v = read(p);
+      if (v === undefined) { previous = null; continue; }
+      d += previous === null ? `M${x(p.t)},${y(v)}` : `H${x(p.t)}V${y(v)}`;
+      previous = v;
+    }
+    return previous === null ? d : d + `H${x(now)}`;
+  };
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "epochs over time" });
+  chart.append(svg("line", { class: "axis", x1: left, y1: y(0), x2: width - right, y2: y(0) }));
+  for (const e of [0, maxEpoch]) {
+    const label = svg("text", { x: left - 6, y: y(e) + 3, "text-anchor": "end" });
+    label.textContent = String(e);
+    chart.append(label);
+  }
+  const since = svg("text", { x: left, y: height - 6 });
+  since.textContent = new Date(t0).toLocaleTimeString();
+  const until = svg("text", { x: width - right, y: height - 6, "text-anchor": "end" });
+  until.textContent = new Date(now).toLocaleTimeString();
+  chart.append(since, until);
+  const ids = [...new Set(points.flatMap((p) => Object.keys(p.members)))].sort();
+  const keys = el("div", { className: "keys" },
+    el("span", { text: "group epoch" }), el("span", { className: "dashed", text: "assignment epoch" }));
+  ids.forEach((id, i) => {
+    const colour = MEMBER_COLOURS[i % MEMBER_COLOURS.length];
+    chart.append(svg("path", { class: "member-epoch", stroke: colour, d: steps((p) => p.members[id]), "data-member": id }));
+    const key = el("span", { text: id });
+    key.style.setProperty("--key", colour);
+    keys.append(key);
+  });
+  chart.append(svg("path", { class: "assignment-epoch", d: steps((p) => p.assignmentEpoch) }));
+  chart.append(svg("path", { class: "group-epoch", d: steps((p) => p.groupEpoch) }));
+  document.getElementById("timeline").replaceChildren(chart, keys);
+}
+
+// -- history ------------------------------------------------------------------------------
+
+function renderEvents(events) {
+  document.getElementById("events-empty").hidden = events.length > 0;
+  const rows = events.map((e) => el(
+    "tr",
+    { "data-event": e.type },
+    el("td", { text: new Date(Number(e.timestampMs)).toLocaleTimeString() }),
+    el("td", { text: String(e.type).replace(/^GROUP_EVENT_TYPE_/, "").toLowerCase() }),
+    el("td", { text: e.reason || "" }),
+    el("td", { text: String(e.groupEpoch ?? "") }),
+    el("td", { text: e.memberId || "" }),
+    el("td", { className: "message", text: e.message || "" }),
+  ));
+  document.querySelector("#events tbody").replaceChildren(...rows);
+}
+
+// -- polling -----------------------------------------------------------------------------
+
+async function refreshGroup(id) {
+  const path = "/api/groups/" + encodeURIComponent(id);
+  const [described, history] = await Promise.all([getJson(path), getJson(`${path}/events?limit=${EVENTS_SHOWN}`)]);
+  if (id !== state.selected) return; // the user moved on meanwhile
+  document.getElementById("group-title").textContent = id;
+  const error = document.getElementById("group-error");
+  if (!described.ok) {
+    error.hidden = false;
+    error.textContent = described.body.message || `HTTP ${described.status}`;
+    document.getElementById("group-summary").replaceChildren();
+    document.getElementById("matrix").replaceChildren();
+    document.getElementById("timeline").replaceChildren();
+  } else {
+    error.hidden = true;
+    const group = described.body.group;
+    renderSummary(group);
+    renderMatrix(group, described.body.topics || []);
+    renderTimeline(observe(group));
+  }
+  renderEvents(history.ok ? history.body.events || [] : []);
+}
+
+async function poll() {
+  state.timer = null;
+  try {
+    const listing = await getJson("/api/groups");
+    if (!listing.ok) throw new Error(listing.body.message || `HTTP ${listing.status}`);
+    renderGroups(listing.body);
+    if (state.selected !== null) await refreshGroup(state.selected);
+    setStatus("live", "live · " + new Date().toLocaleTimeString());
+  } catch (e) {
+    setStatus("error", `cannot reach the coordinator (${e.message}); retrying`);
+  }
+  // The next poll once this one is done: a slow answer never piles requests up.
+  state.timer = setTimeout(poll, POLL_MS);
+}
+
+function route() {
+  state.selected = selectedFromHash();
+  document.getElementById("group").hidden = state.selected === null;
+  document.getElementById("welcome").hidden = state.selected !== null;
+  if (state.timer !== null) {
+    clearTimeout(state.timer);
+    poll();
+  }
+}
+
+window.addEventListener("hashchange", route);
+state.selected = selectedFromHash();
+document.getElementById("group").hidden = state.selected === null;
+document.getElementById("welcome").hidden = state.selected !== null;
+poll();
