@@ -8,7 +8,6 @@ const EVENTS_SHOWN = 50;
 // Epoch observations kept per group for the timeline (about ten minutes at one a second).
 const TIMELINE_POINTS = 600;
 const SVG_NS = "http://www.w3.org/2000/svg";
-const MEMBER_COLOURS = ["#8e24aa", "#00897b", "#f4511e", "#3949ab", "#c0ca33", "#6d4c41", "#d81b60", "#039be5"];
 
 const state = {
   selected: null, // the group id the hash names
@@ -207,52 +206,58 @@ function observe(group) {
   return points;
 }
 
+// One lane per series (group epoch, assignment epoch, then each member's epoch), each a
+// strip of segments labelled with the epoch they held, on a shared time axis: lanes do
+// not hide each other as lines on one scale would when the values coincide.
 function renderTimeline(points) {
-  const width = 800, height = 180, left = 36, right = 10, top = 10, bottom = 22;
+  const width = 900, laneHeight = 22, gap = 4, labelWidth = 150, right = 8, axisHeight = 18;
   const now = Date.now();
   const t0 = Math.min(points[0].t, now - 10000);
-  let maxEpoch = 1;
-  for (const p of points) {
-    maxEpoch = Math.max(maxEpoch, p.groupEpoch, p.assignmentEpoch, ...Object.values(p.members));
-  }
-  const x = (t) => left + ((t - t0) / Math.max(1, now - t0)) * (width - left - right);
-  const y = (e) => top + (1 - Math.max(0, e) / maxEpoch) * (height - top - bottom);
-  const steps = (read) => {
-    let d = "";
-    let previous = null;
-    for (const p of points) {
-      const v = read(p);
-      if (v === undefined) { previous = null; continue; }
-      d += previous === null ? `M${x(p.t)},${y(v)}` : `H${x(p.t)}V${y(v)}`;
-      previous = v;
-    }
-    return previous === null ? d : d + `H${x(now)}`;
-  };
-  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "epochs over time" });
-  chart.append(svg("line", { class: "axis", x1: left, y1: y(0), x2: width - right, y2: y(0) }));
-  for (const e of [0, maxEpoch]) {
-    const label = svg("text", { x: left - 6, y: y(e) + 3, "text-anchor": "end" });
-    label.textContent = String(e);
-    chart.append(label);
-  }
-  const since = svg("text", { x: left, y: height - 6 });
-  since.textContent = new Date(t0).toLocaleTimeString();
-  const until = svg("text", { x: width - right, y: height - 6, "text-anchor": "end" });
-  until.textContent = new Date(now).toLocaleTimeString();
-  chart.append(since, until);
+  const x = (t) => labelWidth + ((t - t0) / Math.max(1, now - t0)) * (width - labelWidth - right);
   const ids = [...new Set(points.flatMap((p) => Object.keys(p.members)))].sort();
-  const keys = el("div", { className: "keys" },
-    el("span", { text: "group epoch" }), el("span", { className: "dashed", text: "assignment epoch" }));
-  ids.forEach((id, i) => {
-    const colour = MEMBER_COLOURS[i % MEMBER_COLOURS.length];
-    chart.append(svg("path", { class: "member-epoch", stroke: colour, d: steps((p) => p.members[id]), "data-member": id }));
-    const key = el("span", { text: id });
-    key.style.setProperty("--key", colour);
-    keys.append(key);
+  const lanes = [
+    { name: "group epoch", kind: "group", read: (p) => p.groupEpoch },
+    { name: "assignment epoch", kind: "assignment", read: (p) => p.assignmentEpoch },
+    ...ids.map((id) => ({ name: id, kind: "member", member: id, read: (p) => p.members[id] })),
+  ];
+  const height = lanes.length * (laneHeight + gap) + axisHeight;
+  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "epochs over time" });
+  chart.style.setProperty("height", `${height}px`);
+  lanes.forEach((lane, i) => {
+    const top = i * (laneHeight + gap);
+    const label = svg("text", { x: 0, y: top + laneHeight / 2 + 4, class: `lane-label ${lane.kind}` });
+    label.textContent = lane.name.length > 22 ? lane.name.slice(0, 21) + "…" : lane.name;
+    const group = svg("g", { class: `lane ${lane.kind}`, "data-lane": lane.member ?? lane.kind });
+    group.append(label);
+    // Segments: each run of one value, from its first observation to the next change (or now).
+    for (let j = 0; j < points.length; j++) {
+      const value = lane.read(points[j]);
+      if (value === undefined) continue;
+      const end = j + 1 < points.length ? points[j + 1].t : now;
+      const x1 = x(points[j].t), x2 = x(end);
+      const rect = svg("rect", {
+        x: x1, y: top, width: Math.max(1, x2 - x1), height: laneHeight,
+        class: `segment ${value % 2 ? "odd" : "even"}`, "data-epoch": value,
+      });
+      const title = svg("title");
+      title.textContent = `${lane.name}: ${value} from ${new Date(points[j].t).toLocaleTimeString()}`;
+      rect.append(title);
+      group.append(rect);
+      if (x2 - x1 > 14) {
+        const text = svg("text", { x: x1 + 4, y: top + laneHeight / 2 + 4, class: "segment-label" });
+        text.textContent = String(value);
+        group.append(text);
+      }
+    }
+    chart.append(group);
   });
-  chart.append(svg("path", { class: "assignment-epoch", d: steps((p) => p.assignmentEpoch) }));
-  chart.append(svg("path", { class: "group-epoch", d: steps((p) => p.groupEpoch) }));
-  document.getElementById("timeline").replaceChildren(chart, keys);
+  const axis = height - 4;
+  const since = svg("text", { x: labelWidth, y: axis, class: "axis-label" });
+  since.textContent = new Date(t0).toLocaleTimeString();
+  const until = svg("text", { x: width - right, y: axis, "text-anchor": "end", class: "axis-label" });
+  until.textContent = new Date(now).toLocaleTimeString() + " (now)";
+  chart.append(since, until);
+  document.getElementById("timeline").replaceChildren(chart);
 }
 
 // -- history ------------------------------------------------------------------------------

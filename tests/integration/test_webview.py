@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 from prometheus_client.parser import text_string_to_metric_families
 
+from regroup.client import GroupAdmin, GroupMember, RebalanceListener, TopicPartition
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
 
@@ -171,3 +174,186 @@ async def test_with_an_acl_the_view_is_off_unless_asked_for(
     assert (await get(opened, "/api/groups")).json()["groups"] == []
     off = await start_service(metrics_listen="127.0.0.1:0", web_view=False)
     assert (await get(off, "/")).headers["Content-Type"].startswith("text/plain")
+
+
+# -- the page, in a real browser --------------------------------------------------------------
+
+#: Debian's chromium (.ci/run installs it when missing); playwright drives it as it is,
+#: without a browser build of its own (no `playwright install`).
+CHROMIUM = os.environ.get("REGROUP_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",  # CI runs as root, where chromium's sandbox refuses to start
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: Set to 1 to rewrite docs/img/web-view.png from the test's page (tests leave the tree alone).
+UPDATE_SCREENSHOT = os.environ.get("REGROUP_UPDATE_SCREENSHOT") == "1"
+SCREENSHOT = ROOT / "docs" / "img" / "web-view.png"
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    """A headless chromium. Missing, it skips here and fails under CI (CI set), where
+    .ci/run installs it: a browser test that quietly skips in CI tests nothing."""
+    reason = None
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError as e:
+        reason = f"playwright is not installed ({e}): make setup installs it"
+    if reason is None and not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
+        reason = f"no chromium at {CHROMIUM} (apt-get install -y chromium, or set REGROUP_CHROMIUM)"
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+class SlowToRevoke(RebalanceListener):
+    """Holds each revocation until the test releases it, so that the page can be seen
+    showing partitions pending revocation and partitions waiting for them."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        await self.release.wait()
+
+
+Cells = dict[str, dict[str, str]]
+
+#: What the page shows: member -> "topic:partition" -> state, read from the matrix's cells.
+READ_MATRIX = """() => {
+  const out = {};
+  for (const row of document.querySelectorAll('#matrix tbody tr')) {
+    const cells = {};
+    for (const td of row.querySelectorAll('td'))
+      cells[td.dataset.topic + ':' + td.dataset.partition] = td.dataset.state;
+    out[row.dataset.member] = cells;
+  }
+  return out;
+}"""
+
+
+def expected_cells(group: Any, partitions: Mapping[str, int]) -> Cells:
+    """The matrix DescribeGroups implies: each member's row over every partition."""
+
+    def keys(assignment: Any) -> set[str]:
+        return {f"{tp.topic_name}:{p}" for tp in assignment.topic_partitions for p in tp.partitions}
+
+    out: Cells = {}
+    for m in group.members:
+        owned, revoking, target = keys(m.assignment), keys(m.pending_revocation), keys(m.target_assignment)
+        row = {}
+        for topic, count in partitions.items():
+            for p in range(count):
+                key = f"{topic}:{p}"
+                row[key] = (
+                    "owned"
+                    if key in owned
+                    else "revoking"
+                    if key in revoking
+                    else "waiting"
+                    if key in target
+                    else "empty"
+                )
+        out[m.member_id] = row
+    return out
+
+
+async def page_shows(page: Any, service: Service, partitions: Mapping[str, int], until: Any) -> Cells:
+    """Waits (without reloading) until the page's matrix is what DescribeGroups says, once
+    `until(group)` holds; returns it."""
+    shown: Cells = {}
+    expected: Cells | None = None
+    for _ in range(100):
+        group = await service.stubs.describe("g1")
+        if until(group):
+            expected = expected_cells(group, partitions)
+            shown = await page.evaluate(READ_MATRIX)
+            if shown == expected:
+                return shown
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the page shows {shown}, DescribeGroups says {expected}")
+
+
+def states(cells: Cells, member: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for state in cells[member].values():
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+async def test_the_page_follows_a_group_live_as_a_member_joins(
+    start_service: ServiceFactory, browser: Any
+) -> None:
+    from playwright.async_api import expect
+
+    service = await start_service(metrics_listen="127.0.0.1:0")
+    address = f"127.0.0.1:{service.server.port}"
+    partitions = {"orders": 6, "payments": 3}
+    async with GroupAdmin(address) as admin:
+        await admin.create_topics(partitions)
+    first = SlowToRevoke()
+    async with GroupMember(address, listener=first, member_id="worker-1") as worker1:
+        await worker1.join("g1", topics=sorted(partitions))
+        await worker1.wait_for_assignment(lambda a: len(a.partitions) == 9)
+
+        page = await browser.new_page(viewport={"width": 1280, "height": 860})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        await page.goto(f"http://127.0.0.1:{service.server.metrics_port}/")
+        row = page.locator('#groups tbody tr[data-group="g1"]')
+        await expect(row).to_be_visible()
+        await expect(row.locator('[data-field="members"]')).to_have_text("1")
+        await row.click()
+        assert page.url.endswith("#/groups/g1")
+        await expect(page.locator("#matrix tbody tr")).to_have_count(1)
+        shown = await page_shows(page, service, partitions, lambda g: g.group_state == "Stable")
+        assert states(shown, "worker-1") == {"owned": 9}
+        # The page marks itself: a reload would lose the mark.
+        await page.evaluate("() => { window.notReloaded = true; }")
+        if UPDATE_SCREENSHOT:
+            await asyncio.sleep(4)  # a timeline with some time at epoch 1 before the join
+
+        second = SlowToRevoke()
+        second.release.set()
+        async with GroupMember(address, listener=second, member_id="worker-2") as worker2:
+            await worker2.join("g1", topics=sorted(partitions))
+            # worker-1 holds its revocation: the matrix gains a row, with partitions pending
+            # revocation in worker-1's and the same partitions waiting in worker-2's.
+            await expect(page.locator("#matrix tbody tr")).to_have_count(2)
+            shown = await page_shows(
+                page,
+                service,
+                partitions,
+                lambda g: any(m.pending_revocation.topic_partitions for m in g.members),
+            )
+            moved = states(shown, "worker-1")["revoking"]
+            assert moved > 0 and states(shown, "worker-2").get("waiting") == moved
+            await expect(page.locator('#group-summary [data-field="state"]')).to_have_text("Reconciling")
+            # The timeline: a lane per member, beside the group's and the assignment's epochs.
+            await expect(page.locator("#timeline g.lane.member")).to_have_count(2)
+            await expect(page.locator('#timeline g[data-lane="group"] rect[data-epoch="2"]')).to_have_count(1)
+            if UPDATE_SCREENSHOT:
+                await asyncio.sleep(3)  # a timeline that shows the pause before the release
+                await page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+            first.release.set()  # worker-1 releases: worker-2 gets what it waited for
+            await worker2.wait_for_assignment(lambda a: len(a.partitions) == moved)
+            shown = await page_shows(page, service, partitions, lambda g: g.group_state == "Stable")
+            assert states(shown, "worker-1") == {"owned": 9 - moved, "empty": moved}
+            assert states(shown, "worker-2") == {"owned": moved, "empty": 9 - moved}
+            await expect(page.locator('#group-summary [data-field="state"]')).to_have_text("Stable")
+            assert await page.evaluate("() => window.notReloaded === true")
+        assert errors == []
