@@ -51,8 +51,15 @@ def docs_postgres() -> Iterator[EmbeddedPostgres]:
 
 
 @pytest.fixture(scope="session")
+def regroup_http_address() -> str:
+    """host:port of the docs' server's metrics port, which serves the web view too: blocks
+    read it from REGROUP_HTTP_ADDRESS (docs/web-view.md), as REGROUP_ADDRESS for gRPC."""
+    return f"127.0.0.1:{_free_port()}"
+
+
+@pytest.fixture(scope="session")
 def regroup_address(
-    docs_postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory
+    docs_postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory, regroup_http_address: str
 ) -> Iterator[str]:
     """`python -m regroup.server` (what `make run` starts) on its own database; its address."""
     database = asyncio.run(docs_postgres.migrated_database())
@@ -66,8 +73,8 @@ def regroup_address(
         "REGROUP_HEARTBEAT_INTERVAL_MS": "250",
         "REGROUP_SESSION_TIMEOUT_MS": "5000",
         "REGROUP_LOG_LEVEL": "warning",
-        # Any free port: other servers of the run may hold the default one.
-        "REGROUP_METRICS_LISTEN": "127.0.0.1:0",
+        # A free port, not the default one, which other servers of the run may hold.
+        "REGROUP_METRICS_LISTEN": regroup_http_address,
     }
     log = tmp_path_factory.mktemp("regroup") / "server.log"
     with log.open("wb") as out:

@@ -106,10 +106,11 @@ def _scratch_checkout(tmp_path: Path) -> Path:
     return checkout
 
 
-def _shell_env(address: str, scratch_venv: Path) -> dict[str, str]:
+def _shell_env(address: str, http: str, scratch_venv: Path) -> dict[str, str]:
     env = {
         **os.environ,
         "REGROUP_ADDRESS": address,
+        "REGROUP_HTTP_ADDRESS": http,
         # The project's tools first: the pinned protoc, buf, grpcurl, spark-submit.
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         # A `pip install` in the docs goes to a scratch environment (pip's --python), so that it
@@ -121,10 +122,10 @@ def _shell_env(address: str, scratch_venv: Path) -> dict[str, str]:
     return env
 
 
-def _run_python(block: Block, tmp_path: Path, address: str) -> None:
+def _run_python(block: Block, tmp_path: Path, address: str, http: str) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(block.code)
-    env = {**os.environ, "REGROUP_ADDRESS": address}
+    env = {**os.environ, "REGROUP_ADDRESS": address, "REGROUP_HTTP_ADDRESS": http}
     runs = 1 if block.marker is not None and block.marker.kind == "once" else 2
     deadline = time.monotonic() + BUDGET_S
     for attempt in range(1, runs + 1):
@@ -132,12 +133,12 @@ def _run_python(block: Block, tmp_path: Path, address: str) -> None:
         assert run.returncode == 0, _failure(f"{block.id} (run {attempt} of {runs})", run)
 
 
-def _run_shell(block: Block, tmp_path: Path, address: str, scratch_venv: Path) -> None:
+def _run_shell(block: Block, tmp_path: Path, address: str, http: str, scratch_venv: Path) -> None:
     script = console_commands(block) if block.language in CONSOLE else block.code
     run = _run(
         ["bash", "-e", "-o", "pipefail", "-c", script],
         cwd=_scratch_checkout(tmp_path),
-        env=_shell_env(address, scratch_venv),
+        env=_shell_env(address, http, scratch_venv),
         timeout=BUDGET_S,
     )
     assert run.returncode == 0, _failure(block.id, run)
@@ -181,11 +182,13 @@ def test_code_block(item: Block | DocTestError, request: pytest.FixtureRequest, 
         missing = [c for c in marker.options["commands"].split() if shutil.which(c) is None]
         if missing:
             pytest.skip(f"needs {', '.join(missing)}, not installed here")
-    if block.language in PYTHON:
-        _run_python(block, tmp_path, request.getfixturevalue("regroup_address"))
-    elif block.language in SHELL | CONSOLE:
+    if block.language in PYTHON | SHELL | CONSOLE:
         address = request.getfixturevalue("regroup_address")
-        _run_shell(block, tmp_path, address, request.getfixturevalue("scratch_venv"))
+        http = request.getfixturevalue("regroup_http_address")
+    if block.language in PYTHON:
+        _run_python(block, tmp_path, address, http)
+    elif block.language in SHELL | CONSOLE:
+        _run_shell(block, tmp_path, address, http, request.getfixturevalue("scratch_venv"))
     elif block.language in SQL:
         postgres: EmbeddedPostgres = request.getfixturevalue("docs_postgres")
         asyncio.run(_run_sql(block, asyncio.run(postgres.empty_database())))

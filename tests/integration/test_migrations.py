@@ -4,6 +4,7 @@ shipped inside the wheel, and never silently absent."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import asyncpg
 import pytest
 
 from regroup.server.migrate import MigrationError, discover, migrate
+from regroup.server.webview import STATIC_FILES
 from tests.support.pg import EmbeddedPostgres
 
 pytestmark = pytest.mark.integration
@@ -287,3 +289,34 @@ async def test_an_installed_migrate_command_creates_the_schema(
         await conn.close()
     assert names == CHECKOUT_MIGRATIONS
     assert groups is not None
+
+
+def test_the_wheel_carries_the_web_view(installed: Installed) -> None:
+    for name, _ in STATIC_FILES.values():
+        assert f"regroup/server/web/{name}" in installed.wheel_names, name
+
+
+def test_an_installed_server_finds_its_web_view_outside_a_checkout(
+    installed: Installed, tmp_path: Path
+) -> None:
+    script = (
+        "import hashlib, json, regroup.server.webview as w\n"
+        "sums = {p: hashlib.sha256(b).hexdigest() for p, b in w.load_files().items()}\n"
+        "print(json.dumps({'file': w.__file__, 'sha256': sums}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        env=installed.environment(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert Path(found["file"]).is_relative_to(installed.site)  # the wheel's copy, not the checkout's
+    checkout = {
+        path: hashlib.sha256((ROOT / "server" / "web" / name).read_bytes()).hexdigest()
+        for path, (name, _) in STATIC_FILES.items()
+    }
+    assert found["sha256"] == checkout
