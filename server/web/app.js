@@ -8,6 +8,9 @@ const EVENTS_SHOWN = 50;
 // Epoch observations kept per group for the timeline (about ten minutes at one a second).
 const TIMELINE_POINTS = 600;
 const SVG_NS = "http://www.w3.org/2000/svg";
+// Past this many cells (members × partitions) the browser would struggle with a matrix:
+// the page shows each member's counts instead. A variable, so that a test can lower it.
+const limits = { matrixCells: 20000 };
 
 const state = {
   selected: null, // the group id the hash names
@@ -141,6 +144,12 @@ function renderMatrix(group, topics) {
     target: units(group, m, "target"),
   }));
   const cols = columns(group, topics, memberUnits);
+  const cells = members.length * cols.reduce((n, t) => n + t.partitions.length, 0);
+  if (cells > limits.matrixCells) {
+    renderCounts(members, memberUnits, cells);
+    return;
+  }
+  document.getElementById("matrix-note").hidden = true;
   const topicRow = el("tr", {}, el("th", { text: group.groupType === "connect" ? "connector" : "topic" }));
   const partitionRow = el("tr", {}, el("th", { text: "member (epoch, state)" }));
   for (const t of cols) {
@@ -171,6 +180,27 @@ function renderMatrix(group, topics) {
   });
   const table = document.getElementById("matrix");
   table.replaceChildren(el("thead", {}, topicRow, partitionRow), el("tbody", {}, ...rows));
+}
+
+// The matrix's fallback for large groups: a row per member with its counts of each state.
+function renderCounts(members, memberUnits, cells) {
+  const note = document.getElementById("matrix-note");
+  note.hidden = false;
+  note.textContent = `${cells} cells are too many to draw: each member's partitions are counted instead.`;
+  const head = el("tr", {}, ...["member (epoch, state)", "owned", "pending revocation", "waiting"].map((t) => el("th", { text: t })));
+  const rows = members.map((m, i) => {
+    const sets = memberUnits[i];
+    const waiting = [...sets.target].filter((k) => !sets.owned.has(k) && !sets.revoking.has(k)).length;
+    return el(
+      "tr",
+      { "data-member": m.memberId },
+      el("th", { scope: "row", text: `${m.memberId} (${m.memberEpoch}, ${m.memberState})${m.drainState ? " " + m.drainState : ""}` }),
+      el("td", { "data-count": "owned", text: String(sets.owned.size) }),
+      el("td", { "data-count": "revoking", text: String(sets.revoking.size) }),
+      el("td", { "data-count": "waiting", text: String(waiting) }),
+    );
+  });
+  document.getElementById("matrix").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
 }
 
 function renderSummary(group) {

@@ -356,4 +356,11 @@ async def test_the_page_follows_a_group_live_as_a_member_joins(
             assert states(shown, "worker-2") == {"owned": moved, "empty": 9 - moved}
             await expect(page.locator('#group-summary [data-field="state"]')).to_have_text("Stable")
             assert await page.evaluate("() => window.notReloaded === true")
+
+            # A group with more cells than the page draws shows each member's counts instead.
+            await page.evaluate("() => { limits.matrixCells = 5; }")
+            await expect(page.locator("#matrix-note")).to_be_visible()
+            for member, owned in (("worker-1", 9 - moved), ("worker-2", moved)):
+                counts = page.locator(f'#matrix tr[data-member="{member}"] td[data-count]')
+                await expect(counts).to_have_text([str(owned), "0", "0"])
         assert errors == []
