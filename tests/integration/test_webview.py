@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from regroup.client import GroupAdmin, GroupMember, RebalanceListener, TopicPartition
 from tests.integration.conftest import Service, ServiceFactory
+from tests.integration.test_replicas import FAST, owned_by, spread
 from tests.support.wire import WireMember, converge
 
 pytestmark = pytest.mark.integration
@@ -364,3 +365,24 @@ async def test_the_page_follows_a_group_live_as_a_member_joins(
                 counts = page.locator(f'#matrix tr[data-member="{member}"] td[data-count]')
                 await expect(counts).to_have_text([str(owned), "0", "0"])
         assert errors == []
+
+
+async def test_a_group_another_replica_serves_is_named_with_its_address(
+    start_service: ServiceFactory,
+) -> None:
+    a, b = [await start_service(metrics_listen="127.0.0.1:0", **FAST) for _ in range(2)]
+    await spread([a, b])
+    group_id = owned_by(b)
+    await a.stubs.create_topic("orders", 2)
+    # Joined through a (which forwards to b): only b has the group in memory.
+    await converge(a.stubs, group_id, [WireMember(a.stubs.coordinator, group_id, "m1", ["orders"])])
+    assert (await get(b, f"/api/groups/{group_id}")).status == 200
+    elsewhere = await get(a, f"/api/groups/{group_id}")
+    assert elsewhere.status == 404
+    body = elsewhere.json()
+    assert body["error"] == "NOT_COORDINATOR"
+    assert (body["coordinatorReplica"], body["coordinatorAddress"]) == (
+        b.coordinator.store.replica_id,
+        b.server.address,
+    )
+    assert group_id not in {g["groupId"] for g in (await get(a, "/api/groups")).json()["groups"]}
