@@ -235,7 +235,12 @@ class RegroupServer:
             self.coordinator.writer.tracer = provider.get_tracer("regroup.server")
         self._metrics.metrics.observe(on_loop(asyncio.get_running_loop(), self.coordinator.gauges()))
         if web_files is not None and self._metrics.app is not None:
-            self._metrics.app.serve_view(GroupReader(self.coordinator, asyncio.get_running_loop()), web_files)
+            reader = GroupReader(
+                self.coordinator,
+                asyncio.get_running_loop(),
+                max_message_bytes=self.settings.max_message_bytes,
+            )
+            self._metrics.app.serve_view(reader, web_files)
         self._forwarder = Forwarder(
             self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit, tls=self.tls
         )

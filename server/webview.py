@@ -38,11 +38,12 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from google.protobuf.json_format import MessageToDict
 
+from regroup.reconciler.errors import ApiError, InvalidRequest
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
 from regroup.reconciler.subscription import group_topics
 from regroup.v1 import admin_pb2
 
-from . import mapping
+from . import mapping, watch
 from .leases import shard_of
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ class GroupReader:
     coordinator: Coordinator
     loop: asyncio.AbstractEventLoop
     timeout_s: float = LOOP_TIMEOUT_S
+    #: The events' answer is cut to this many bytes, as ListGroupEvents' (REGROUP_MAX_MESSAGE_BYTES).
+    max_message_bytes: int = 4 * 1024 * 1024
 
     def _on_loop(self, read: Callable[[], Any]) -> Any:
         """`read()` run on the loop, awaited there if it returns an awaitable; its result
@@ -191,13 +194,13 @@ class GroupReader:
         }
 
     def events(self, group_id: str, limit: int) -> dict[str, Any]:
-        """The group's last events, newest first ([] while the coordinator keeps no history)."""
-        list_events = getattr(self.coordinator, "list_group_events", None)
-        if list_events is None:
-            return {"events": []}
-
-        events = self._on_loop(lambda: list_events(group_id, limit=limit))
-        return {"events": [event_json(e) for e in events]}
+        """The group's last events, newest first, exactly as ListGroupEvents answers them
+        (from the store: any replica answers, also for a deleted group)."""
+        request = admin_pb2.ListGroupEventsRequest(group_id=group_id, limit=limit)
+        answer = self._on_loop(
+            lambda: watch.list_group_events(self.coordinator, request, self.max_message_bytes)
+        )
+        return _json(answer)
 
     def _absent(self, group_id: str) -> dict[str, Any]:
         """Why the group is not here: another replica coordinates it, or nobody knows it.
@@ -232,24 +235,6 @@ def _json(message: Any) -> dict[str, Any]:
     # that the page reads one shape; names as DescribeGroups' JSON (grpcurl) has them.
     out: dict[str, Any] = MessageToDict(message, always_print_fields_with_no_presence=True)
     return out
-
-
-def event_json(event: Any) -> dict[str, Any]:
-    """A history event (reconciler.history.GroupEvent) as GroupEvent's JSON would be,
-    except that its 64-bit numbers stay numbers."""
-    fields = getattr(event, "__dataclass_fields__", {})
-    out: dict[str, Any] = {}
-    for name in fields:
-        value = getattr(event, name)
-        if name == "type":
-            value = f"GROUP_EVENT_TYPE_{getattr(value, 'name', value)}"
-        out[_camel(name)] = value
-    return out
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 class HttpApp:
@@ -301,8 +286,11 @@ class HttpApp:
                 return _answer_json("200 OK", reader.events(parts[0], _limit(query)))
         except NotFound as e:
             return _answer_json("404 Not Found", e.body)
-        except ValueError as e:
+        except (ValueError, InvalidRequest) as e:
             return _answer_json("400 Bad Request", {"error": "INVALID_REQUEST", "message": str(e)})
+        except ApiError as e:
+            # The store is away (history is read from it): as ListGroupEvents, retry later.
+            return _answer_json("503 Service Unavailable", {"error": e.code.name, "message": e.message})
         except (TimeoutError, RuntimeError):
             # The loop is busy past the timeout, or stopped (the server is stopping).
             return _answer_json("503 Service Unavailable", {"error": "UNAVAILABLE"})

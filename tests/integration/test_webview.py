@@ -20,6 +20,7 @@ from google.protobuf.json_format import MessageToDict
 from prometheus_client.parser import text_string_to_metric_families
 
 from regroup.client import GroupAdmin, GroupMember, RebalanceListener, TopicPartition
+from regroup.v1 import admin_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.integration.test_replicas import FAST, owned_by, spread
 from tests.support.wire import WireMember, converge
@@ -103,8 +104,17 @@ async def test_the_groups_are_listed_and_described_as_the_admin_api_does(
     assert member["pendingRevocation"] == {"topicPartitions": []}
     assert body["topics"] == [{"name": "orders", "topicId": owned["topicId"], "numPartitions": 4}]
 
+    # The history is ListGroupEvents' answer, newest first: m1 joined, the group became Stable.
     events = (await get(service, "/api/groups/g/events?limit=5")).json()
-    assert isinstance(events["events"], list)
+    listed = await service.stubs.admin.ListGroupEvents(
+        admin_pb2.ListGroupEventsRequest(group_id="g", limit=5)
+    )
+    assert events == MessageToDict(listed, always_print_fields_with_no_presence=True)
+    types = [e["type"] for e in events["events"]]
+    assert len(types) == 5 and types[0] == "GROUP_EVENT_TYPE_GROUP_STABLE"
+    everything = (await get(service, "/api/groups/g/events")).json()["events"]
+    joined = [e for e in everything if e["type"] == "GROUP_EVENT_TYPE_MEMBER_JOINED"]
+    assert [e["memberId"] for e in joined] == ["m1"]
 
 
 async def test_unknown_groups_and_paths_answer_404(start_service: ServiceFactory) -> None:
@@ -119,8 +129,11 @@ async def test_unknown_groups_and_paths_answer_404(start_service: ServiceFactory
         assert answer.status == 404, path
         assert answer.json()["error"] == "NOT_FOUND", path
 
-    bad = await get(service, "/api/groups/g/events?limit=0")
-    assert bad.status == 400 and bad.json()["error"] == "INVALID_REQUEST"
+    for query in ("limit=0", "limit=x", "limit=1001"):
+        bad = await get(service, f"/api/groups/g/events?{query}")
+        assert bad.status == 400 and bad.json()["error"] == "INVALID_REQUEST", query
+    # History is kept for any id, also one never seen: none.
+    assert (await get(service, "/api/groups/nope/events")).json()["events"] == []
     # Read-only: nothing but GET (and HEAD) is taken.
     refused = await get(service, "/api/groups/g", method="POST")
     assert refused.status == 405 and refused.headers["Allow"] == "GET, HEAD"
@@ -343,6 +356,10 @@ async def test_the_page_follows_a_group_live_as_a_member_joins(
             moved = states(shown, "worker-1")["revoking"]
             assert moved > 0 and states(shown, "worker-2").get("waiting") == moved
             await expect(page.locator('#group-summary [data-field="state"]')).to_have_text("Reconciling")
+            # The history below, live too: both joins, newest first.
+            joins = page.locator('#events tr[data-event="GROUP_EVENT_TYPE_MEMBER_JOINED"]')
+            await expect(joins).to_have_count(2)
+            await expect(joins.first.locator("td").nth(4)).to_have_text("worker-2")
             # The timeline: a lane per member, beside the group's and the assignment's epochs.
             await expect(page.locator("#timeline g.lane.member")).to_have_count(2)
             await expect(page.locator('#timeline g[data-lane="group"] rect[data-epoch="2"]')).to_have_count(1)
