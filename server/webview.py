@@ -36,6 +36,7 @@ from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import structlog
 from google.protobuf.json_format import MessageToDict
 
 from regroup.reconciler.errors import ApiError, InvalidRequest
@@ -48,6 +49,8 @@ from .leases import shard_of
 
 if TYPE_CHECKING:
     from .runtime import Coordinator
+
+log = structlog.get_logger("regroup")
 
 #: The package holding the page's files (server/web/ in a checkout).
 WEB_PACKAGE = "regroup.server.web"
@@ -122,20 +125,24 @@ class GroupReader:
                 return  # timed out before the loop got to it
             try:
                 result = read()
-            except Exception as e:  # noqa: BLE001 - handed to the request, which answers 503
+            except Exception as e:  # noqa: BLE001 - handed to the request's thread, which answers for it
                 done.set_exception(e)
                 return
             if not inspect.isawaitable(result):
                 done.set_result(result)
                 return
             task = asyncio.ensure_future(result)
+            tasks.append(task)
             task.add_done_callback(lambda t: _settle(done, t))
 
+        tasks: list[asyncio.Future[Any]] = []
         self.loop.call_soon_threadsafe(call)
         try:
             return done.result(self.timeout_s)
         except TimeoutError:
             done.cancel()
+            for task in tasks:  # nobody waits for it any more (a slow store read)
+                self.loop.call_soon_threadsafe(task.cancel)
             raise
 
     def groups(self) -> dict[str, Any]:
@@ -294,6 +301,10 @@ class HttpApp:
         except (TimeoutError, RuntimeError):
             # The loop is busy past the timeout, or stopped (the server is stopping).
             return _answer_json("503 Service Unavailable", {"error": "UNAVAILABLE"})
+        except Exception:
+            # A bug: logged as the server's other errors are (wsgiref would print it to stderr).
+            log.exception("web_view_failed", path=path)
+            return _answer_json("500 Internal Server Error", {"error": "INTERNAL"})
         return _answer_json("404 Not Found", {"error": "NOT_FOUND", "message": f"No page at {path}."})
 
 

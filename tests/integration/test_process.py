@@ -89,6 +89,7 @@ async def test_service_runs_on_its_embedded_postgres_and_keeps_data_across_resta
         events = await _stop(process)
     started = next(e for e in events if e["event"] == "server_started")
     assert started["metrics"] == f"127.0.0.1:{metrics_port}"
+    assert started["web_view"] == f"http://127.0.0.1:{metrics_port}/"  # docs/web-view.md
     names = [e["event"] for e in events]
     assert names[0] == "migrations_applied"
     assert {
