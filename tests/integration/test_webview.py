@@ -19,7 +19,7 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from regroup.client import GroupAdmin, GroupMember, RebalanceListener, TopicPartition
+from regroup.client import ConnectWorker, GroupAdmin, GroupMember, RebalanceListener, TopicPartition
 from regroup.v1 import admin_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.integration.test_replicas import FAST, owned_by, spread
@@ -403,3 +403,30 @@ async def test_a_group_another_replica_serves_is_named_with_its_address(
         b.server.address,
     )
     assert group_id not in {g["groupId"] for g in (await get(a, "/api/groups")).json()["groups"]}
+
+
+async def test_a_connect_group_is_drawn_by_connector_and_task(
+    start_service: ServiceFactory, browser: Any
+) -> None:
+    from playwright.async_api import expect
+
+    service = await start_service(metrics_listen="127.0.0.1:0")
+    address = f"127.0.0.1:{service.server.port}"
+    async with GroupAdmin(address) as admin:
+        await admin.put_connectors("connect-cluster", {"A": 2, "B": 1})
+    async with ConnectWorker(address, listener=RebalanceListener()) as worker:
+        await worker.join("connect-cluster", url="http://w1:8083", assignor="uniform")
+        await worker.wait_for_assignment(lambda a: len(a.partitions) == 5)
+        # A connector's units: the connector itself (0), then its tasks (1, 2, ...).
+        body = (await get(service, "/api/groups/connect-cluster")).json()
+        assert [(t["name"], t["numPartitions"]) for t in body["topics"]] == [("A", 3), ("B", 2)]
+
+        page = await browser.new_page()
+        await page.goto(f"http://127.0.0.1:{service.server.metrics_port}/#/groups/connect-cluster")
+        cells = page.locator(f'#matrix tr[data-member="{worker.member_id}"] td')
+        await expect(cells).to_have_count(5)
+        for i in range(5):
+            await expect(cells.nth(i)).to_have_attribute("data-state", "owned")
+        await expect(page.locator("#matrix thead tr").nth(1).locator("th")).to_have_text(
+            ["member (epoch, state)", "c", "t0", "t1", "c", "t0"]
+        )
