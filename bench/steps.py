@@ -84,7 +84,7 @@ async def _round(members: _Members, ids: list[str]) -> tuple[float, int]:
     return (time.process_time() - cpu) / len(ids) * 1e6, store.commits - commits
 
 
-async def _run(dsn: str, n_members: int, partitions: int, rounds: int) -> dict[str, Any]:
+async def _run(dsn: str, n_members: int, partitions: int, rounds: int, history: int) -> dict[str, Any]:
     settings = Settings(
         listen="127.0.0.1:0",
         database_url=dsn,
@@ -92,6 +92,7 @@ async def _run(dsn: str, n_members: int, partitions: int, rounds: int) -> dict[s
         assignment_interval_ms=0,  # the target is computed by the heartbeat that finds it due
         inline_assignment_max_partitions=max(partitions * 2, 10_000),
         session_timeout_ms=600_000,
+        history_max_events=history,
     )
     server = RegroupServer(settings)
     await server.start()
@@ -138,12 +139,20 @@ async def _run(dsn: str, n_members: int, partitions: int, rounds: int) -> dict[s
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--history-max-events",
+        type=int,
+        default=Settings().history_max_events,
+        help="REGROUP_HISTORY_MAX_EVENTS (0: no history, to measure what it costs a step)",
+    )
     args = parser.parse_args(argv)
     n_members, partitions, rounds = (50, 5_000, 2) if args.quick else (300, 30_000, 6)
     configure_logging("warning")
     postgres = BenchPostgres()
     try:
-        result = asyncio.run(_run(postgres.new_database(), n_members, partitions, rounds))
+        result = asyncio.run(
+            _run(postgres.new_database(), n_members, partitions, rounds, args.history_max_events)
+        )
     finally:
         postgres.close()
     unchanged, steps = statistics.median(result["unchanged"]), statistics.median(result["steps"])
@@ -177,6 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         unchanged_commits=result["unchanged_commits"],
         commits_per_step=round(result["step_commits_per_step"], 3),
         quick=args.quick,
+        history_max_events=args.history_max_events,
         **machine(),
     )
 
