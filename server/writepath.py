@@ -513,16 +513,26 @@ class GroupWriter:
         If the shard left this replica meanwhile, the stored answer is given but
         the group stays out of memory (its new owner loads what was stored)."""
         write: PreparedWrite | None = None
+        events: list[GroupEvent] | None = None
         if isinstance(outcome, Result):
             result = outcome
         else:
             result = await outcome
             if len(result.records) > PREPARE_INLINE_MAX_RECORDS:
-                write = await asyncio.to_thread(prepare_write, group_id, result.records)
+                # Its events too: a big target's walk over every member's partitions would
+                # stall the loop as its rows would (the group stays locked, so unchanged).
+                def prepare() -> tuple[PreparedWrite, list[GroupEvent]]:
+                    derived = self._events(
+                        group_id, group, result.records, cause, op_now_ms, compute_ms, circumstances
+                    )
+                    return prepare_write(group_id, result.records), derived
+
+                write, events = await asyncio.to_thread(prepare)
         if result.records:
-            events = self._events(
-                group_id, group, result.records, cause, op_now_ms, compute_ms, circumstances
-            )
+            if events is None:
+                events = self._events(
+                    group_id, group, result.records, cause, op_now_ms, compute_ms, circumstances
+                )
             events = await self._store(group_id, result.records, write, fence, events)
             if cause in HEARTBEAT_CAUSES:
                 self.metrics.heartbeat(written=True)

@@ -284,6 +284,9 @@ async def test_big_group_target_is_computed_off_the_event_loop(start_service: Se
     assert (await service.stubs.describe("g1")).assignment_epoch == 1
     await converge(service.stubs, "g1", [member])
     assert len(member.partitions()) == 100
+    history = await service.stubs.admin.ListGroupEvents(admin_pb2.ListGroupEventsRequest(group_id="g1"))
+    [target] = [e for e in history.events if e.type == admin_pb2.GROUP_EVENT_TYPE_TARGET_COMPUTED]
+    assert (target.group_epoch, target.assignor, target.partitions_moved) == (1, "uniform", 100)
 
     # Later computations send the worker only the members that changed (a join, then a
     # leave, learnt from the records the runtime replays): the targets still follow.
