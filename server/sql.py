@@ -60,25 +60,42 @@ ON CONFLICT (group_id, member_id) DO UPDATE SET
     assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
 """
 
+
 #: UPSERT_CURRENT in one statement with the shard fence ($8 shard, $9 replica id, $10 owner
 #: epoch): the most frequent write (one member's reconciliation step) without a transaction
 #: of its own. The CTE locks the shard's lease FOR SHARE, so a replica taking the shard over
 #: waits for the write, and a write from a replica that lost the shard (or whose lease
 #: expired by the database's clock), or for a group not stored, inserts nothing ("INSERT 0 0").
-GUARDED_UPSERT_CURRENT = """
-WITH owned AS (
+def _insert_events(first: int, where: str = "") -> str:
+    """Inserts the events given as five arrays from parameter $`first` on (at_ms, event_type,
+    group_epoch, member_id, detail), in their order, for group $1."""
+    a, b, c, d, e = (f"${first + i}" for i in range(5))
+    return f"""
+INSERT INTO group_events (group_id, at_ms, event_type, group_epoch, member_id, detail)
+SELECT $1, e.at_ms, e.event_type, e.group_epoch, e.member_id, e.detail
+FROM unnest({a}::bigint[], {b}::smallint[], {c}::int[], {d}::text[], {e}::jsonb[])
+     WITH ORDINALITY AS e(at_ms, event_type, group_epoch, member_id, detail, ord)
+{where}
+ORDER BY e.ord"""
+
+
+_OWNED = """
+owned AS (
     SELECT 1 FROM shard_leases l JOIN groups g ON g.group_id = $1
     WHERE l.shard = $8 AND l.owner = $9 AND l.owner_epoch = $10 AND l.expires_at > clock_timestamp()
     FOR SHARE OF l
-)
+)"""
+
+_STEP = """
 INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
                                  assigned, pending_revocation)
 SELECT $1, $2, $3, $4, $5, $6::jsonb, $7::jsonb FROM owned
 ON CONFLICT (group_id, member_id) DO UPDATE SET
     state = EXCLUDED.state, member_epoch = EXCLUDED.member_epoch,
     previous_member_epoch = EXCLUDED.previous_member_epoch,
-    assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
-"""
+    assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation"""
+
+GUARDED_UPSERT_CURRENT = f"WITH {_OWNED}{_STEP}\n"
 
 #: Per member-keyed table: the rows of some members of a group ($1 group id, $2 member ids).
 DELETE_MEMBER_ROWS = {
@@ -176,14 +193,7 @@ DELETE_TOPIC = "DELETE FROM topics WHERE topic_id = $1"
 #: One operation's events ($1 group id, then arrays of at_ms, event_type, group_epoch,
 #: member_id, detail), in their order; answers their sequences (ascending: identity values
 #: are drawn in the order the SELECT produces the rows).
-INSERT_EVENTS = """
-INSERT INTO group_events (group_id, at_ms, event_type, group_epoch, member_id, detail)
-SELECT $1, e.at_ms, e.event_type, e.group_epoch, e.member_id, e.detail
-FROM unnest($2::bigint[], $3::smallint[], $4::int[], $5::text[], $6::jsonb[])
-     WITH ORDINALITY AS e(at_ms, event_type, group_epoch, member_id, detail, ord)
-ORDER BY e.ord
-RETURNING sequence
-"""
+INSERT_EVENTS = f"{_insert_events(2)}\nRETURNING sequence\n"
 
 #: Keeps a group's newest $2 events ($1 group id), along the (group_id, sequence) index.
 TRIM_GROUP_EVENTS = """
@@ -210,27 +220,10 @@ WHERE group_id = $1
 #: GUARDED_UPSERT_CURRENT with the step's events (a member that reached the target, the group
 #: Stable), still one statement: $11..$15 are INSERT_EVENTS' arrays. The events are inserted
 #: only when the fenced upsert wrote its row; answers that (written) and their sequences.
-GUARDED_UPSERT_CURRENT_WITH_EVENTS = """
-WITH owned AS (
-    SELECT 1 FROM shard_leases l JOIN groups g ON g.group_id = $1
-    WHERE l.shard = $8 AND l.owner = $9 AND l.owner_epoch = $10 AND l.expires_at > clock_timestamp()
-    FOR SHARE OF l
-), step AS (
-    INSERT INTO current_assignments (group_id, member_id, state, member_epoch, previous_member_epoch,
-                                     assigned, pending_revocation)
-    SELECT $1, $2, $3, $4, $5, $6::jsonb, $7::jsonb FROM owned
-    ON CONFLICT (group_id, member_id) DO UPDATE SET
-        state = EXCLUDED.state, member_epoch = EXCLUDED.member_epoch,
-        previous_member_epoch = EXCLUDED.previous_member_epoch,
-        assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation
+GUARDED_UPSERT_CURRENT_WITH_EVENTS = f"""
+WITH {_OWNED}, step AS ({_STEP}
     RETURNING 1
-), events AS (
-    INSERT INTO group_events (group_id, at_ms, event_type, group_epoch, member_id, detail)
-    SELECT $1, e.at_ms, e.event_type, e.group_epoch, e.member_id, e.detail
-    FROM unnest($11::bigint[], $12::smallint[], $13::int[], $14::text[], $15::jsonb[])
-         WITH ORDINALITY AS e(at_ms, event_type, group_epoch, member_id, detail, ord)
-    WHERE EXISTS (SELECT 1 FROM step)
-    ORDER BY e.ord
+), events AS ({_insert_events(11, "WHERE EXISTS (SELECT 1 FROM step)")}
     RETURNING sequence
 )
 SELECT EXISTS (SELECT 1 FROM step) AS written,
