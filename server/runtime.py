@@ -36,6 +36,7 @@ from regroup.reconciler import (
 )
 from regroup.reconciler.client_assignment import install_assignment, prepare_assignment
 from regroup.reconciler.connect import put_connectors
+from regroup.reconciler.drain import DrainOutcome, drain_member
 from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidAssignment
 from regroup.reconciler.history import Circumstances, EventType, GroupEvent, TopicChange
 from regroup.reconciler.liveness import renewed_session
@@ -447,6 +448,18 @@ class Coordinator:
             return put_connectors(group, connectors, ctx)
 
         return await self.writer.run(group_id, op, cause="connectors_changed", group_type=CONNECT_GROUP_TYPE)
+
+    async def drain_member(
+        self, group_id: str, member_id: str, instance_id: str, undrain: bool
+    ) -> DrainOutcome:
+        """Takes a member out of service (or back in with `undrain`); the member is named
+        by member id or instance id ("" when not given)."""
+
+        def op(group: Group | None, ctx: Context) -> Result[DrainOutcome]:
+            return drain_member(group, group_id, member_id, instance_id, undrain, ctx)
+
+        # The history derives its events from these exact causes.
+        return await self.writer.run(group_id, op, cause="undrain" if undrain else "drain")
 
     async def delete_group(self, group_id: str) -> None:
         def op(group: Group | None, ctx: Context) -> Result[None]:

@@ -966,11 +966,19 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         return mapping.group_pb(group, coordinator.image_for(group_id), coordinator.config)
 
     @internal_errors
+    @forwardable
     async def DrainMember(
         self, request: admin_pb2.DrainMemberRequest, context: Ctx
     ) -> admin_pb2.DrainMemberResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "DrainMember is not implemented yet.")
-        raise AssertionError("unreachable: abort raises")
+        try:
+            outcome = await self._coordinator.drain_member(
+                request.group_id, request.member_id, request.instance_id, request.undrain
+            )
+        except ApiError as e:
+            return admin_pb2.DrainMemberResponse(member_id=_echo(request.member_id), **_error_fields(e))
+        return admin_pb2.DrainMemberResponse(
+            member_id=outcome.member_id, drain_state=outcome.drain_state, group_epoch=outcome.group_epoch
+        )
 
     @internal_errors
     async def ResetOffsets(
