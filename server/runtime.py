@@ -46,9 +46,12 @@ from regroup.reconciler.offsets import (
     FetchedOffset,
     OffsetToCommit,
     PartitionOutcome,
+    ResetOffsets,
+    ResetPlan,
     commit_offsets,
     expire_offsets,
     fetch_offsets,
+    reset_offsets,
 )
 from regroup.reconciler.subscription import subscribes_to_any
 
@@ -421,6 +424,16 @@ class Coordinator:
             return Result(fetch_offsets(group, group_id, member_id, member_epoch, wanted))
 
         return await self.writer.run(group_id, op, cause="offset_fetch")
+
+    async def reset_offsets(self, req: ResetOffsets) -> ResetPlan:
+        """Resets an empty group's committed offsets (or only plans it, with `dry_run`):
+        every change in one write; the plan says `applied` only once it is stored."""
+
+        def op(group: Group | None, ctx: Context) -> Result[ResetPlan]:
+            return reset_offsets(group, req, ctx)
+
+        # The history derives its event from this exact cause.
+        return await self.writer.run(req.group_id, op, cause="reset_offsets")
 
     async def expire_offsets(self) -> int:
         """Removes expired offsets of empty groups; returns how many."""
