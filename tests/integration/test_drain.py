@@ -6,6 +6,7 @@ import pytest
 
 from regroup.v1 import admin_pb2, common_pb2
 from tests.integration.conftest import Service, ServiceFactory
+from tests.integration.test_replicas import owned_by, replicas
 from tests.support.wire import Stubs, WireMember, converge
 
 pytestmark = pytest.mark.integration
@@ -115,3 +116,35 @@ async def test_draining_is_stored_and_survives_a_restart(start_service: ServiceF
         member.stub = second.stubs.coordinator
     await converge(second.stubs, GROUP, members)
     assert members[0].partitions() == set() and len(members[1].partitions()) == 4
+
+
+async def test_drain_and_reset_through_a_replica_that_does_not_own_the_group(
+    start_service: ServiceFactory,
+) -> None:
+    """Both admin calls are answered by the group's owner: forwarded there (or, below, refused
+    with NOT_COORDINATOR and its address when forwarding is off)."""
+    a, b = await replicas(start_service, 2)
+    await a.stubs.create_topic("orders", 4)
+    group = owned_by(b)
+    members = [WireMember(a.stubs.coordinator, group, f"m{i}", ["orders"]) for i in range(2)]
+    await converge(a.stubs, group, members)
+    answer = await a.stubs.admin.DrainMember(admin_pb2.DrainMemberRequest(group_id=group, member_id="m0"))
+    assert (answer.error_code, answer.drain_state) == (common_pb2.NONE, "DRAINING"), answer
+    await converge(a.stubs, group, members)
+    assert members[0].partitions() == set() and len(members[1].partitions()) == 4
+    for member in members:
+        await member.leave()
+    reset = await a.stubs.admin.ResetOffsets(admin_pb2.ResetOffsetsRequest(group_id=group, delete=True))
+    assert reset.error_code == common_pb2.NONE, reset
+
+
+async def test_without_forwarding_drain_and_reset_name_the_owner(start_service: ServiceFactory) -> None:
+    c, d = await replicas(start_service, 2, forward=False)
+    group = owned_by(d)
+    refused = await c.stubs.admin.DrainMember(admin_pb2.DrainMemberRequest(group_id=group, member_id="m0"))
+    assert (refused.error_code, refused.coordinator_address) == (common_pb2.NOT_COORDINATOR, d.server.address)
+    refused_reset = await c.stubs.admin.ResetOffsets(
+        admin_pb2.ResetOffsetsRequest(group_id=group, to_offset=0)
+    )
+    assert refused_reset.error_code == common_pb2.NOT_COORDINATOR
+    assert refused_reset.coordinator_address == d.server.address
