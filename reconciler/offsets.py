@@ -202,6 +202,20 @@ class ResetOffsets:
     delete: bool = False
     dry_run: bool = False
 
+    @property
+    def mode(self) -> str:
+        """The way chosen, by its field's name ("" when none or several: refused)."""
+        chosen = [
+            name
+            for name, is_set in (
+                ("to_offset", self.to_offset is not None),
+                ("shift_by", self.shift_by is not None),
+                ("delete", self.delete),
+            )
+            if is_set
+        ]
+        return chosen[0] if len(chosen) == 1 else ""
+
 
 @dataclass(frozen=True, slots=True)
 class PlannedReset:

@@ -432,8 +432,10 @@ class Coordinator:
         def op(group: Group | None, ctx: Context) -> Result[ResetPlan]:
             return reset_offsets(group, req, ctx)
 
-        # The history derives its event from this exact cause.
-        return await self.writer.run(req.group_id, op, cause="reset_offsets")
+        # The history derives its event from this exact cause, and names the way it was reset.
+        return await self.writer.run(
+            req.group_id, op, cause="reset_offsets", circumstances=Circumstances(reset_mode=req.mode)
+        )
 
     async def expire_offsets(self) -> int:
         """Removes expired offsets of empty groups; returns how many."""

@@ -22,6 +22,25 @@ async def drain_states(stubs: Stubs) -> dict[str, str]:
     return {m.member_id: m.drain_state for m in (await stubs.describe(GROUP)).members}
 
 
+async def drain_events(stubs: Stubs) -> list[tuple[str, str, str]]:
+    """The group's drain events and drain-caused bumps, oldest first: (type, member, reason)."""
+    wanted = [
+        admin_pb2.GROUP_EVENT_TYPE_MEMBER_DRAINING,
+        admin_pb2.GROUP_EVENT_TYPE_MEMBER_DRAINED,
+        admin_pb2.GROUP_EVENT_TYPE_MEMBER_UNDRAINED,
+        admin_pb2.GROUP_EVENT_TYPE_GROUP_EPOCH_BUMPED,
+    ]
+    answer = await stubs.admin.ListGroupEvents(
+        admin_pb2.ListGroupEventsRequest(group_id=GROUP, oldest_first=True, limit=1000, types=wanted)
+    )
+    assert answer.error_code == common_pb2.NONE, answer.error_message
+    return [
+        (admin_pb2.GroupEventType.Name(e.type).removeprefix("GROUP_EVENT_TYPE_"), e.member_id, e.reason)
+        for e in answer.events
+        if e.type != admin_pb2.GROUP_EVENT_TYPE_GROUP_EPOCH_BUMPED or "drain" in e.reason
+    ]
+
+
 def targets(group: admin_pb2.DescribedGroup) -> dict[str, set[tuple[str, int]]]:
     return {
         m.member_id: {(tp.topic_id, p) for tp in m.target_assignment.topic_partitions for p in tp.partitions}
@@ -80,6 +99,18 @@ async def test_drain_by_member_and_instance_id_then_leave_and_undrain(service: S
     await converge(stubs, GROUP, members)
     assert await drain_states(stubs) == {"m0": "", "m2": "", "m3": ""}
     assert sorted(len(m.partitions()) for m in members) == [4, 4, 4]
+
+    # The group's history tells each step (derived from the causes "drain" and "undrain").
+    assert await drain_events(stubs) == [
+        ("MEMBER_DRAINING", "m1", ""),
+        ("GROUP_EPOCH_BUMPED", "", "member_draining"),
+        ("MEMBER_DRAINED", "m1", ""),
+        ("MEMBER_DRAINING", "m3", ""),
+        ("GROUP_EPOCH_BUMPED", "", "member_draining"),
+        ("MEMBER_DRAINED", "m3", ""),
+        ("MEMBER_UNDRAINED", "m3", ""),
+        ("GROUP_EPOCH_BUMPED", "", "member_undrained"),
+    ]
 
 
 async def test_drain_refuses_bad_input_precisely(service: Service) -> None:

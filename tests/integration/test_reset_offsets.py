@@ -108,6 +108,18 @@ async def test_reset_offsets_dry_run_then_each_mode(service: Service) -> None:
     nothing = await reset(stubs, shift_by=5)
     assert nothing.error_code == common_pb2.NONE and not nothing.applied and not nothing.partitions
 
+    # The history has one event per applied reset (cause "reset_offsets"), none for the dry run.
+    events = await stubs.admin.ListGroupEvents(
+        admin_pb2.ListGroupEventsRequest(
+            group_id=GROUP, oldest_first=True, types=[admin_pb2.GROUP_EVENT_TYPE_OFFSETS_RESET]
+        )
+    )
+    assert [(e.reason, e.partition_count) for e in events.events] == [
+        ("shift_by", 4),
+        ("to_offset", 1),
+        ("delete", 6),
+    ]
+
 
 async def test_reset_offsets_refuses_bad_input_precisely(service: Service) -> None:
     stubs = service.stubs
