@@ -200,11 +200,21 @@ def prepare_assignment(
     assert group is not None
     views = []
     eligible: dict[str, frozenset[str]] = {}
+    draining: set[str] = set()
     for member_id in sorted(group.members):
         member = group.members[member_id]
         entry = _entry(member, computation.assignor_name)
         assert entry is not None, "the chosen assignor is supported by every member"
-        topic_ids = member_topic_ids(ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex)
+        if member.draining:
+            # A draining member is shown subscribing to nothing, so that any client
+            # assignor gives it nothing, as the server-side ones do; an installation
+            # that gives it something all the same is refused (`_validated`).
+            topic_ids: frozenset[str] = frozenset()
+            draining.add(member_id)
+        else:
+            topic_ids = member_topic_ids(
+                ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex
+            )
         eligible[member_id] = topic_ids
         views.append(
             AssignmentMemberView(
@@ -220,7 +230,9 @@ def prepare_assignment(
         )
     subscribed = set().union(*eligible.values()) if eligible else set()
     resources = {t: ctx.image.by_id[t].num_partitions for t in sorted(subscribed)}
-    snapshot = PreparedSnapshot(group.group_epoch, computation.assignor_name, eligible, resources)
+    snapshot = PreparedSnapshot(
+        group.group_epoch, computation.assignor_name, eligible, resources, frozenset(draining)
+    )
     response = PrepareAssignmentResponse(
         group_epoch=group.group_epoch,
         assignor_name=computation.assignor_name,
@@ -275,6 +287,10 @@ def _validated(req: InstallAssignment, prepared: PreparedSnapshot) -> dict[str, 
     given: dict[str, Assignment] = {}
 
     def claim(who: str, assignment: Assignment, eligible: frozenset[str] | None) -> None:
+        if who in prepared.draining and any(assignment.values()):
+            raise InvalidAssignment(
+                f"{_who(who)} is draining (GroupAdmin.DrainMember): it may be given nothing."
+            )
         for topic_id, partitions in assignment.items():
             count = prepared.resources.get(topic_id)
             if count is None:

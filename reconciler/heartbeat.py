@@ -461,6 +461,8 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
         rebalance_timeout_ms=timeout,
         client_assignors=client_assignors,
         url=req.url if req.url is not None else metadata.url,
+        # Not a heartbeat field: only DrainMember sets it, and no heartbeat clears it.
+        draining=metadata.draining,
     )
     return member if merged == metadata else replace(member, metadata=merged)
 

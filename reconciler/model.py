@@ -167,6 +167,11 @@ class MemberMetadata:
     client_assignors: tuple[ClientAssignor, ...] = ()
     #: Connect workers: the worker URL.
     url: str = ""
+    #: Taken out of service by an admin (GroupAdmin.DrainMember): the assignor gives
+    #: it nothing, so it gives its partitions up through the usual revocation. Kept
+    #: with the metadata (not a heartbeat field) so that it survives heartbeats, a
+    #: static member's replacement under the same instance id, and a reload.
+    draining: bool = False
 
 
 NO_METADATA = MemberMetadata()
@@ -231,6 +236,10 @@ class Member:
     @property
     def url(self) -> str:
         return self.metadata.url
+
+    @property
+    def draining(self) -> bool:
+        return self.metadata.draining
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch
@@ -552,6 +561,9 @@ class PreparedSnapshot:
     eligible: Mapping[str, frozenset[str]]
     #: resource id (topic id) -> count of assignable units (partitions).
     resources: Mapping[str, int]
+    #: The members that were draining (eligible for nothing): an installation giving
+    #: one of them anything is refused, with a message that says why.
+    draining: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

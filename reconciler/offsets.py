@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from .context import Context, Result
 from .errors import (
     ErrorCode,
+    GroupIdNotFound,
     InvalidRequest,
+    NonEmptyGroup,
     UnknownMemberId,
 )
 from .membership import current_member
 from .model import CONSUMER_GROUP_TYPE, CommittedOffset, Group, Member
 from .records import GroupMetadataRecord, OffsetCommitRecord, OffsetTombstone, Record
+from .topics import Topic
 from .validation import validate_group_id, validate_id
 
 #: Kafka's offset.metadata.max.bytes.
@@ -168,3 +171,184 @@ def expire_offsets(group: Group, retention_ms: int, ctx: Context) -> Result[int]
         OffsetTombstone(t, p) for (t, p), c in sorted(group.offsets.items()) if c.commit_ms < cutoff
     ]
     return Result(len(records), tuple(records))
+
+
+# -- resetting offsets (GroupAdmin.ResetOffsets) ------------------------------------
+
+#: The largest offset a reset may produce (Postgres bigint, the wire's int64): a shift
+#: past it is clamped, as a shift below 0 is.
+MAX_OFFSET = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ResetTopic:
+    """A topic of a reset, by name or by id ("" when not given), and its partitions
+    (empty: every partition of the topic, see `reset_offsets`)."""
+
+    name: str = ""
+    topic_id: str = ""
+    partitions: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResetOffsets:
+    """GroupAdmin.ResetOffsets: exactly one of `to_offset`, `shift_by` and `delete`."""
+
+    group_id: str
+    #: Empty: every topic the group has committed offsets for.
+    topics: tuple[ResetTopic, ...] = ()
+    to_offset: int | None = None
+    shift_by: int | None = None
+    delete: bool = False
+    dry_run: bool = False
+
+    @property
+    def mode(self) -> str:
+        """The way chosen, by its field's name ("" when none or several: refused)."""
+        chosen = [
+            name
+            for name, is_set in (
+                ("to_offset", self.to_offset is not None),
+                ("shift_by", self.shift_by is not None),
+                ("delete", self.delete),
+            )
+            if is_set
+        ]
+        return chosen[0] if len(chosen) == 1 else ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedReset:
+    """One partition of a reset plan."""
+
+    topic_name: str
+    topic_id: str
+    partition: int
+    #: -1: nothing committed.
+    current_offset: int
+    #: -1: deleted, or left without an offset.
+    new_offset: int
+    error: ErrorCode = ErrorCode.NONE
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResetPlan:
+    #: By topic name, then partition.
+    partitions: tuple[PlannedReset, ...]
+    #: True when the plan's records are to be stored: not a dry run, and something changes.
+    applied: bool
+
+
+def reset_offsets(group: Group | None, req: ResetOffsets, ctx: Context) -> Result[ResetPlan]:
+    """The plan of a reset and, unless it is a dry run, its records, all in one operation.
+
+    Refused whole (nothing planned, nothing changed): a bad group id, not exactly one
+    way to reset, a negative `to_offset` or too many partitions (INVALID_REQUEST); an
+    unknown group (GROUP_ID_NOT_FOUND); a group with members (NON_EMPTY_GROUP: an admin
+    commit while members commit would race them, and Kafka refuses it too).
+
+    Which partitions: those listed; a topic listed without partitions means all of its
+    partitions (from the topics image) for `to_offset`, and those with a committed
+    offset for `shift_by` and `delete`; no topic listed means every topic the group has
+    committed offsets for, taken the same way. A `shift_by` leaves a partition without
+    a committed offset as it is, and clamps at 0 (and at MAX_OFFSET). A topic that does
+    not exist, or a partition outside it, gets UNKNOWN_TOPIC_OR_PARTITION on its own
+    entries (partition -1 for a topic listed without partitions) and the rest of the
+    plan goes on. New offsets are admin commits: member epoch -1, no metadata, `now_ms`.
+    """
+    validate_group_id(req.group_id)
+    modes = (req.to_offset is not None) + (req.shift_by is not None) + req.delete
+    if modes != 1:
+        raise InvalidRequest(
+            "Exactly one of to_offset, shift_by and delete must be set"
+            + (f", got {modes}." if modes else ": none was.")
+        )
+    if req.to_offset is not None and req.to_offset < 0:
+        raise InvalidRequest(f"to_offset must be >= 0, got {req.to_offset}.")
+    listed = sum(len(t.partitions) for t in req.topics)
+    if len(req.topics) > MAX_PARTITIONS_PER_REQUEST or listed > MAX_PARTITIONS_PER_REQUEST:
+        raise InvalidRequest(f"At most {MAX_PARTITIONS_PER_REQUEST} partitions per reset.")
+    if group is None:
+        raise GroupIdNotFound(f"Group {req.group_id} not found.")
+    if group.members:
+        raise NonEmptyGroup(
+            f"Group {req.group_id} has {len(group.members)} members: its offsets can be reset only "
+            "while it has none (stop them, or wait for their sessions to expire)."
+        )
+    committed: dict[str, list[int]] = {}
+    for topic_id, partition in sorted(group.offsets):
+        committed.setdefault(topic_id, []).append(partition)
+    topics = req.topics or tuple(ResetTopic(topic_id=t) for t in committed)
+
+    planned: dict[tuple[str, str, int], PlannedReset] = {}
+    records: list[Record] = []
+    for wanted in topics:
+        topic = (
+            ctx.image.by_id.get(wanted.topic_id) if wanted.topic_id else ctx.image.by_name.get(wanted.name)
+        )
+        if topic is None:
+            shown = wanted.name or wanted.topic_id
+            message = f"Topic {shown or '(no name or id)'} does not exist."
+            for partition in wanted.partitions or committed.get(wanted.topic_id, [-1]):
+                planned.setdefault(
+                    (wanted.name, wanted.topic_id, partition),
+                    PlannedReset(
+                        wanted.name,
+                        wanted.topic_id,
+                        partition,
+                        -1,
+                        -1,
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        message,
+                    ),
+                )
+            continue
+        if wanted.partitions:
+            partitions: Sequence[int] = wanted.partitions
+        elif req.to_offset is not None:
+            partitions = range(topic.num_partitions)
+        else:
+            partitions = committed.get(topic.topic_id, [])
+        for partition in partitions:
+            key = (topic.name, topic.topic_id, partition)
+            if key in planned:
+                continue  # listed twice (by name and by id, or a repeated partition)
+            if len(planned) >= MAX_PARTITIONS_PER_REQUEST:
+                raise InvalidRequest(f"At most {MAX_PARTITIONS_PER_REQUEST} partitions per reset.")
+            planned[key] = _plan_partition(group, topic, partition, req, ctx, records)
+    plan = sorted(planned.values(), key=lambda p: (p.topic_name, p.partition, p.topic_id))
+    applied = not req.dry_run and bool(records)
+    return Result(ResetPlan(tuple(plan), applied), tuple(records) if applied else ())
+
+
+def _plan_partition(
+    group: Group, topic: Topic, partition: int, req: ResetOffsets, ctx: Context, records: list[Record]
+) -> PlannedReset:
+    """One partition's line of the plan; appends its record (if it changes) to `records`."""
+    topic_id, name, num_partitions = topic.topic_id, topic.name, topic.num_partitions
+    if not 0 <= partition < num_partitions:
+        return PlannedReset(
+            name,
+            topic_id,
+            partition,
+            -1,
+            -1,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"Partition {name}-{partition} does not exist: {name} has {num_partitions} partitions.",
+        )
+    current = group.offsets.get((topic_id, partition))
+    before = -1 if current is None else current.offset
+    if req.delete:
+        if current is not None:
+            records.append(OffsetTombstone(topic_id, partition))
+        return PlannedReset(name, topic_id, partition, before, -1)
+    if req.to_offset is not None:
+        after = req.to_offset
+    elif current is None:
+        return PlannedReset(name, topic_id, partition, -1, -1)  # a shift leaves it without an offset
+    else:
+        assert req.shift_by is not None
+        after = min(max(current.offset + req.shift_by, 0), MAX_OFFSET)
+    records.append(OffsetCommitRecord(topic_id, partition, after, "", -1, ctx.now_ms))
+    return PlannedReset(name, topic_id, partition, before, after)

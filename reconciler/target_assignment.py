@@ -82,25 +82,33 @@ def group_spec(
     # outlive this loop: their members hold them.)
     resolved: dict[object, frozenset[str]] = {}
     specs: dict[str, MemberSpec] = {}
+    withheld: dict[str, Assignment] = {}
     topic_ids: set[str] = set()
     target_of = current_targets.get
     for member_id in sorted(members) if order is None else order:
-        member = members[member_id]
-        names, regex = member.subscribed_topic_names, member.subscribed_topic_regex
+        # The metadata's slots, not Member's properties: a property is a call per member.
+        metadata = members[member_id].metadata
+        if metadata.draining:
+            # Left out of the assignor's input altogether (rather than shown with no
+            # subscription, which would make a homogeneous group heterogeneous and
+            # change how every assignor balances the others): see GroupSpec.withheld.
+            withheld[member_id] = target_of(member_id, EMPTY_ASSIGNMENT)
+            continue
+        names, regex = metadata.subscribed_topic_names, metadata.subscribed_topic_regex
         key = id(names) if regex is None else (id(names), regex)
         ids = resolved.get(key)
         if ids is None:
             ids = resolved[key] = member_topic_ids(image, names, regex)
             topic_ids.update(ids)
         specs[member_id] = MemberSpec(
-            member_id, member.instance_id, member.rack_id, ids, target_of(member_id, EMPTY_ASSIGNMENT)
+            member_id, metadata.instance_id, metadata.rack_id, ids, target_of(member_id, EMPTY_ASSIGNMENT)
         )
     # Each distinct subscription was resolved once: comparing those few sets tells
     # the assignors whether the group is homogeneous without a pass over members.
     distinct = set(resolved.values())
     kind = SubscriptionType.HOMOGENEOUS if len(distinct) <= 1 else SubscriptionType.HETEROGENEOUS
     topics = {t: image.by_id[t] for t in sorted(topic_ids)}
-    return GroupSpec(members=specs, topics=topics, subscription_type=kind)
+    return GroupSpec(members=specs, topics=topics, subscription_type=kind, withheld=withheld)
 
 
 def assign_target(
@@ -142,6 +150,14 @@ def assign_target(
         for member_id, new, old in compress(zip(ids, news, olds, strict=True), map(is_not, news, olds))
         if new != old
     ]
+    if spec.withheld:
+        # Draining members get nothing: each that still has a target gets an empty one.
+        records.extend(
+            TargetAssignmentMemberRecord(member_id, EMPTY_ASSIGNMENT)
+            for member_id, current in spec.withheld.items()
+            if current
+        )
+        targets = {**targets, **dict.fromkeys(spec.withheld, EMPTY_ASSIGNMENT)}
     # In member id order (target_after relies on it): linear when the spec is in
     # id order, as the coordinator's are, and usually only a few records anyway.
     records.sort(key=_member_id)

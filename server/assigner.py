@@ -47,8 +47,9 @@ from regroup.reconciler.target_assignment import PendingTarget
 WORKER_NICENESS = 10
 
 #: A member as sent: member id, instance id, rack id, subscribed topic names and
-#: regex (names tuples are shared, so pickled once per request), current target.
-_WireMember = tuple[str, str | None, str | None, tuple[str, ...], str | None, Assignment]
+#: regex (names tuples are shared, so pickled once per request), current target,
+#: and whether it is draining (the assignor then leaves it out).
+_WireMember = tuple[str, str | None, str | None, tuple[str, ...], str | None, Assignment, bool]
 
 #: The records that change what a member gives the assignor (its metadata, its
 #: presence, its current target); a member's epoch steps do not.
@@ -111,7 +112,7 @@ def _compute(request: _Request) -> list[Record] | None:
     for member_id in request.removed:
         members.pop(member_id, None)
         targets.pop(member_id, None)
-    for member_id, instance_id, rack_id, names, regex, target in request.members:
+    for member_id, instance_id, rack_id, names, regex, target, draining in request.members:
         members[member_id] = Member(
             member_id,
             MemberMetadata(
@@ -119,6 +120,7 @@ def _compute(request: _Request) -> list[Record] | None:
                 rack_id=rack_id,
                 subscribed_topic_names=names,
                 subscribed_topic_regex=regex,
+                draining=draining,
             ),
         )
         if target:
@@ -286,4 +288,5 @@ def _wire(member: Member, target: Assignment) -> _WireMember:
         member.subscribed_topic_names,
         member.subscribed_topic_regex,
         target,
+        member.draining,
     )

@@ -16,6 +16,7 @@ from regroup.reconciler import (
 from regroup.reconciler.client_assignment import choose_assignor, uses_client_assignors
 from regroup.reconciler.connect import CONNECT_SUBSCRIPTION, from_connect, to_connect
 from regroup.reconciler.context import GroupConfig
+from regroup.reconciler.drain import drain_state
 from regroup.reconciler.history import GroupEvent
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Member, make_assignment
@@ -303,6 +304,7 @@ def member_pb(group: Group, member: Member, image: TopicsImage) -> admin_pb2.Des
             connect_assignment=connect_pb(member.assigned),
             connect_target_assignment=connect_pb(group.target_of(member.member_id)),
             connect_pending_revocation=connect_pb(member.pending_revocation),
+            drain_state=drain_state(member),
         )
     return admin_pb2.DescribedMember(
         member_id=member.member_id,
@@ -321,6 +323,7 @@ def member_pb(group: Group, member: Member, image: TopicsImage) -> admin_pb2.Des
         rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor or "",
         client_assignors=[client_assignor_pb(a) for a in member.client_assignors],
+        drain_state=drain_state(member),
     )
 
 

@@ -36,6 +36,7 @@ from regroup.reconciler import (
 )
 from regroup.reconciler.client_assignment import install_assignment, prepare_assignment
 from regroup.reconciler.connect import put_connectors
+from regroup.reconciler.drain import DrainOutcome, drain_member
 from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidAssignment
 from regroup.reconciler.history import Circumstances, EventType, GroupEvent, TopicChange
 from regroup.reconciler.liveness import renewed_session
@@ -45,9 +46,12 @@ from regroup.reconciler.offsets import (
     FetchedOffset,
     OffsetToCommit,
     PartitionOutcome,
+    ResetOffsets,
+    ResetPlan,
     commit_offsets,
     expire_offsets,
     fetch_offsets,
+    reset_offsets,
 )
 from regroup.reconciler.subscription import subscribes_to_any
 
@@ -421,6 +425,18 @@ class Coordinator:
 
         return await self.writer.run(group_id, op, cause="offset_fetch")
 
+    async def reset_offsets(self, req: ResetOffsets) -> ResetPlan:
+        """Resets an empty group's committed offsets (or only plans it, with `dry_run`):
+        every change in one write; the plan says `applied` only once it is stored."""
+
+        def op(group: Group | None, ctx: Context) -> Result[ResetPlan]:
+            return reset_offsets(group, req, ctx)
+
+        # The history derives its event from this exact cause, and names the way it was reset.
+        return await self.writer.run(
+            req.group_id, op, cause="reset_offsets", circumstances=Circumstances(reset_mode=req.mode)
+        )
+
     async def expire_offsets(self) -> int:
         """Removes expired offsets of empty groups; returns how many."""
 
@@ -447,6 +463,18 @@ class Coordinator:
             return put_connectors(group, connectors, ctx)
 
         return await self.writer.run(group_id, op, cause="connectors_changed", group_type=CONNECT_GROUP_TYPE)
+
+    async def drain_member(
+        self, group_id: str, member_id: str, instance_id: str, undrain: bool
+    ) -> DrainOutcome:
+        """Takes a member out of service (or back in with `undrain`); the member is named
+        by member id or instance id ("" when not given)."""
+
+        def op(group: Group | None, ctx: Context) -> Result[DrainOutcome]:
+            return drain_member(group, group_id, member_id, instance_id, undrain, ctx)
+
+        # The history derives its events from these exact causes.
+        return await self.writer.run(group_id, op, cause="undrain" if undrain else "drain")
 
     async def delete_group(self, group_id: str) -> None:
         def op(group: Group | None, ctx: Context) -> Result[None]:

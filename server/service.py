@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, Tracer
 from regroup.reconciler import ApiError, ErrorCode, Topic, TopicsImage
 from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidRequest, NotCoordinator
 from regroup.reconciler.messages import PrepareAssignment
-from regroup.reconciler.offsets import OffsetToCommit
+from regroup.reconciler.offsets import OffsetToCommit, ResetOffsets, ResetTopic
 from regroup.reconciler.topics import MAX_TOPIC_NAME_LENGTH
 from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
@@ -966,18 +966,56 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         return mapping.group_pb(group, coordinator.image_for(group_id), coordinator.config)
 
     @internal_errors
+    @forwardable
     async def DrainMember(
         self, request: admin_pb2.DrainMemberRequest, context: Ctx
     ) -> admin_pb2.DrainMemberResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "DrainMember is not implemented yet.")
-        raise AssertionError("unreachable: abort raises")
+        try:
+            outcome = await self._coordinator.drain_member(
+                request.group_id, request.member_id, request.instance_id, request.undrain
+            )
+        except ApiError as e:
+            return admin_pb2.DrainMemberResponse(member_id=_echo(request.member_id), **_error_fields(e))
+        return admin_pb2.DrainMemberResponse(
+            member_id=outcome.member_id, drain_state=outcome.drain_state, group_epoch=outcome.group_epoch
+        )
 
     @internal_errors
+    @forwardable
     async def ResetOffsets(
         self, request: admin_pb2.ResetOffsetsRequest, context: Ctx
     ) -> admin_pb2.ResetOffsetsResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ResetOffsets is not implemented yet.")
-        raise AssertionError("unreachable: abort raises")
+        mode = request.WhichOneof("reset")
+        req = ResetOffsets(
+            group_id=request.group_id,
+            topics=tuple(ResetTopic(t.name, t.topic_id, tuple(t.partitions)) for t in request.topics),
+            to_offset=request.to_offset if mode == "to_offset" else None,
+            shift_by=request.shift_by if mode == "shift_by" else None,
+            # delete=false is no choice at all (refused as such), not a reset.
+            delete=mode == "delete" and request.delete,
+            dry_run=request.dry_run,
+        )
+        try:
+            plan = await self._coordinator.reset_offsets(req)
+        except ApiError as e:
+            return admin_pb2.ResetOffsetsResponse(**_error_fields(e))
+        return admin_pb2.ResetOffsetsResponse(
+            partitions=[
+                admin_pb2.ResetOffsetsResponse.Partition(
+                    topic_name=_echo(p.topic_name),
+                    topic_id=_echo(p.topic_id),
+                    partition=p.partition,
+                    current_offset=p.current_offset,
+                    new_offset=p.new_offset,
+                    error_code=mapping.error_code_pb(p.error),
+                    error_message=p.message,
+                )
+                for p in plan.partitions
+            ],
+            # Only now: the coordinator answers once the records are stored (a failed
+            # store is answered as an error above, never as applied).
+            applied=plan.applied,
+        )
 
 
 #: The unary RPC of each kind of stream heartbeat.

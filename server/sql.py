@@ -27,14 +27,14 @@ ON CONFLICT (group_id) DO UPDATE SET
 UPSERT_MEMBER = """
 INSERT INTO members (group_id, member_id, instance_id, rack_id, client_id, client_host,
                      subscribed_topic_names, subscribed_topic_regex, server_assignor, rebalance_timeout_ms,
-                     client_assignors, url)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12)
+                     client_assignors, url, draining)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13)
 ON CONFLICT (group_id, member_id) DO UPDATE SET
     instance_id = EXCLUDED.instance_id, rack_id = EXCLUDED.rack_id, client_id = EXCLUDED.client_id,
     client_host = EXCLUDED.client_host, subscribed_topic_names = EXCLUDED.subscribed_topic_names,
     subscribed_topic_regex = EXCLUDED.subscribed_topic_regex, server_assignor = EXCLUDED.server_assignor,
     rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms, client_assignors = EXCLUDED.client_assignors,
-    url = EXCLUDED.url
+    url = EXCLUDED.url, draining = EXCLUDED.draining
 """
 
 UPSERT_OFFSET = """

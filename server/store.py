@@ -338,6 +338,7 @@ def _member_row(group_id: str, member_id: str, m: MemberMetadata) -> tuple[Any, 
         m.rebalance_timeout_ms,
         encode_client_assignors(m.client_assignors),
         m.url,
+        m.draining,
     )
 
 
@@ -354,6 +355,7 @@ def _member_metadata(row: Any) -> MemberMetadata:
         rebalance_timeout_ms=row["rebalance_timeout_ms"],
         client_assignors=decode_client_assignors(row["client_assignors"]),
         url=row["url"],
+        draining=row["draining"],
     )
 
 

@@ -8,7 +8,7 @@ deterministic: the same spec always gives the same result.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
@@ -48,6 +48,11 @@ class GroupSpec:
     #: so knows it without looking at every member (as Kafka's GroupSpec does);
     #: None: the assignor finds out. It must describe `members` truly.
     subscription_type: SubscriptionType | None = None
+    #: Members that take no part in this assignment (draining: GroupAdmin.DrainMember),
+    #: by id, with their current targets. They are not in `members`, so no assignor
+    #: sees them and every assignor balances the others as if they had left; the
+    #: coordinator gives each of them an empty target (`assign_target`).
+    withheld: Mapping[str, Assignment] = field(default_factory=dict)
 
     def is_homogeneous(self) -> bool:
         """True when every member subscribes to the same topics (Kafka's HOMOGENEOUS)."""

@@ -172,6 +172,8 @@ async def test_every_rpc_refuses_a_principal_without_the_right_and_changes_nothi
             c.OffsetFetch,
             coordinator_pb2.OffsetFetchRequest(group_id="team-1", member_id="m1", member_epoch=1),
         ),
+        (a.DrainMember, admin_pb2.DrainMemberRequest(group_id="team-1", member_id="m1")),
+        (a.ResetOffsets, admin_pb2.ResetOffsetsRequest(group_id="team-1", delete=True)),
         (
             a.PutConnectors,
             admin_pb2.PutConnectorsRequest(
@@ -183,9 +185,15 @@ async def test_every_rpc_refuses_a_principal_without_the_right_and_changes_nothi
         answer = await rpc(request, metadata=EVE)
         assert answer.error_code == GROUP_DENIED, (rpc, answer)
         assert "User:eve may not" in answer.error_message
-    # alice is a member of team-*, not its admin: admin commits and connectors are refused.
-    for rpc, request in ((c.OffsetCommit, admin_commit), (a.PutConnectors, group_calls[-1][1])):
-        assert (await rpc(request, metadata=ALICE)).error_code == GROUP_DENIED
+    # alice is a member of team-*, not its admin: admin commits, drains, offset resets and
+    # connectors are refused.
+    for rpc, request in (
+        (c.OffsetCommit, admin_commit),
+        (a.DrainMember, group_calls[-3][1]),
+        (a.ResetOffsets, group_calls[-2][1]),
+        (a.PutConnectors, group_calls[-1][1]),
+    ):
+        assert (await rpc(request, metadata=ALICE)).error_code == GROUP_DENIED, rpc
 
     described = await a.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["team-1"]), metadata=EVE)
     assert [g.error_code for g in described.groups] == [GROUP_DENIED]

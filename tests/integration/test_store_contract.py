@@ -120,6 +120,7 @@ MEMBER = MemberMetadataRecord(
         rebalance_timeout_ms=30_000,
         client_assignors=(ClientAssignor("x", 0, 2, 1, 1, b"\x00meta"),),
         url="http://w1",
+        draining=True,  # stored and loaded like the rest of the metadata
     ),
 )
 OTHER = MemberMetadataRecord("m2", MemberMetadata(subscribed_topic_names=("a",), rebalance_timeout_ms=1_000))

@@ -4,7 +4,8 @@
 joins (dynamic and static, client- or server-generated member ids),
 heartbeats, leaves (-1), static temporary leaves (-2), static rejoins, crashes,
 lost responses, topic creation, growth and deletion, subscription changes (names
-and regex), server assignor switches and time. Every client follows the protocol as a
+and regex), server assignor switches, drains and undrains (GroupAdmin.DrainMember)
+and time. Every client follows the protocol as a
 real consumer does: it uses an assignment the moment it sees it, revokes what
 the assignment no longer lists, reports what it owns, sends a full request
 after a lost response, and after FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID drops
@@ -50,6 +51,7 @@ from regroup.reconciler import (
 )
 from regroup.reconciler import heartbeat as heartbeat_module
 from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, GroupSpec, MemberSpec
+from regroup.reconciler.drain import DRAINED, drain_member, drain_state
 from regroup.reconciler.model import Assignment, MemberState
 from regroup.reconciler.offsets import OffsetToCommit, commit_offsets
 from regroup.reconciler.records import TargetAssignmentEpochRecord
@@ -570,6 +572,27 @@ class GroupMachine(RuleBasedStateMachine):
                 committed = group.offsets[(outcome.topic_id, outcome.partition)]
                 assert (committed.offset, committed.member_epoch) == (7, client.epoch)
 
+    @precondition(lambda self: self.group is not None and bool(self.group.members))
+    @rule(pick=PICK, undrain=st.booleans(), by_instance=st.booleans())
+    def drain(self, pick: int, undrain: bool, by_instance: bool) -> None:
+        """An admin drains a member (or puts it back): the assignor gives a draining member
+        nothing, so its partitions move by the usual revocation, between any other steps."""
+        self._step()
+        group = self.group
+        assert group is not None
+        ids = sorted(group.members)
+        member = group.members[ids[pick % len(ids)]]
+        instance_id = member.instance_id if by_instance and member.instance_id is not None else ""
+        result = drain_member(
+            group, GROUP, "" if instance_id else member.member_id, instance_id, undrain, self.h.ctx()
+        )
+        assert result.response.member_id == member.member_id
+        assert bool(result.records) == (member.draining == undrain), "only a change writes"
+        self.h.apply(GROUP, result)
+        after = self.group
+        assert after is not None and after.members[member.member_id].draining is not undrain
+        event("undrain" if undrain else "drain")
+
     @precondition(lambda self: bool(self.live()))
     @rule(pick=PICK, sub=SUBSCRIPTIONS)
     def resubscribe(self, pick: int, sub: Subscription) -> None:
@@ -815,6 +838,12 @@ class GroupMachine(RuleBasedStateMachine):
         for client in live:
             member = group.members[client.member_id]
             assert member.state is MemberState.STABLE and not member.pending_revocation
+            if member.draining:
+                # Drained: it owns nothing, and the others share everything as if it had left.
+                assert not member.assigned, f"{client.name} is drained but owns {member.assigned}"
+                assert drain_state(member) == DRAINED
+                event("converged with a drained member")
+                continue
             subscribed[client.member_id] = frozenset(
                 t.topic_id
                 for t in self.h.image.by_id.values()

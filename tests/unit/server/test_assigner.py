@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from regroup.reconciler import GroupConfig, Result
+from regroup.reconciler.drain import drain_member
 from regroup.reconciler.records import CurrentAssignmentRecord, TargetAssignmentMemberRecord
 from regroup.reconciler.target_assignment import PendingTarget, pending_assignment, pending_target
 from regroup.server.assigner import Assigner
@@ -110,6 +111,12 @@ async def test_the_worker_computes_what_the_engine_computes(assigner: Assigner) 
     h.heartbeat(join("g", "rx", [], subscribed_topic_regex="ba.*"))  # by regex
     h.create_topic("baz", 30)
     await compute_and_check(h, assigner)
+    h.apply("g", drain_member(h.groups["g"], "g", "m07", "", False, h.ctx()))  # a drain: sent as changed
+    records = await compute_and_check(h, assigner)
+    assert "m07" in moved(records) and not h.groups["g"].target_of("m07")
+    h.apply("g", drain_member(h.groups["g"], "g", "m07", "", True, h.ctx()))  # and back
+    await compute_and_check(h, assigner)
+    assert h.groups["g"].target_of("m07")
 
 
 async def test_after_the_first_computation_only_changed_members_are_sent(assigner: Assigner) -> None:
