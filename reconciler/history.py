@@ -356,7 +356,7 @@ class _Derivation:
             self._member(
                 EventType.ASSIGNOR_CHANGED, member_id, new, message=f"Now asks for {_assignors(new)}."
             )
-        if _draining(old) != _draining(new):
+        if old.draining != new.draining:
             self._drain_changed(member_id, new)
 
     def _joined(self, member_id: str, metadata: MemberMetadata) -> None:
@@ -415,7 +415,7 @@ class _Derivation:
         )
 
     def _drain_changed(self, member_id: str, metadata: MemberMetadata) -> None:
-        if not _draining(metadata):
+        if not metadata.draining:
             self._member(EventType.MEMBER_UNDRAINED, member_id, metadata, message="Back in service.")
             return
         self._member(
@@ -448,7 +448,7 @@ class _Derivation:
             )
             return
         owned_before = before is not None and bool(before.assigned or before.pending_revocation)
-        if _draining(metadata) and owned_before and not (record.assigned or record.pending_revocation):
+        if metadata.draining and owned_before and not (record.assigned or record.pending_revocation):
             self._member(EventType.MEMBER_DRAINED, member_id, metadata, message="Drained: it owns nothing.")
         if _reconciled(record, self.assignment_epoch) and not (
             before is not None and _reconciled(before, self.assignment_epoch)
@@ -596,11 +596,6 @@ def _stable_at(state: MemberState, member_epoch: int, epoch: int) -> int:
 
 def _reconciled(current: CurrentAssignmentRecord, epoch: int) -> bool:
     return current.state is MemberState.STABLE and current.member_epoch == epoch and epoch > 0
-
-
-def _draining(metadata: MemberMetadata) -> bool:
-    # getattr: drain lands with its own change (MemberMetadata.draining).
-    return bool(getattr(metadata, "draining", False))
 
 
 def _subscription(metadata: MemberMetadata) -> str:
