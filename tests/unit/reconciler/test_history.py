@@ -245,6 +245,20 @@ def _check(before: Group | None, after: Group | None, events: list[GroupEvent]) 
     reconciled = {e.member_id for e in events if e.type is EventType.MEMBER_RECONCILED}
     expected = {m for m in now if reached(after, m) and not reached(before, m)}
     assert reconciled == expected, (events, expected)
+    def drained(group: Group | None, member_id: str) -> bool:
+        member = None if group is None else group.members.get(member_id)
+        return (
+            member is not None
+            and member.metadata.draining
+            and not member.assigned
+            and not member.pending_revocation
+        )
+
+    drained_events = {e.member_id for e in events if e.type is EventType.MEMBER_DRAINED}
+    # A static member's new incarnation that is still draining joins drained: its join says so.
+    assert drained_events == {m for m in was if drained(after, m) and not drained(before, m)}, events
+    if drained_events:
+        event("history: member drained")
     stable_after = after is not None and after.state() is GroupState.STABLE
     stable_before = before is not None and before.state() is GroupState.STABLE
     became = stable_after and (not stable_before or epoch_after != epoch_before)
