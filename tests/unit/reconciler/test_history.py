@@ -245,6 +245,7 @@ def _check(before: Group | None, after: Group | None, events: list[GroupEvent]) 
     reconciled = {e.member_id for e in events if e.type is EventType.MEMBER_RECONCILED}
     expected = {m for m in now if reached(after, m) and not reached(before, m)}
     assert reconciled == expected, (events, expected)
+
     def drained(group: Group | None, member_id: str) -> bool:
         member = None if group is None else group.members.get(member_id)
         return (
