@@ -201,7 +201,22 @@ def load_settings(env: Mapping[str, str], args: argparse.Namespace | None = None
             value = env.get(name)
         if value not in (None, ""):
             raw[field] = str(value)
+    _alias(raw, env, "metrics_listen", HTTP_LISTEN_ALIAS)
     return _parse(raw)
+
+
+#: The metrics port also serves the web view: REGROUP_HTTP_LISTEN names it too.
+HTTP_LISTEN_ALIAS = "REGROUP_HTTP_LISTEN"
+
+
+def _alias(raw: dict[str, str], env: Mapping[str, str], field: str, alias: str) -> None:
+    """Takes `field` from `alias` when only the alias is set; both set differently is an error."""
+    value = env.get(alias)
+    if not value:
+        return
+    if field in raw and raw[field] != value:
+        raise ConfigError(f"{alias} ({value!r}) and {_ENV[field]} ({raw[field]!r}) name different ports.")
+    raw[field] = value
 
 
 def _int(raw: Mapping[str, str], field: str, default: int, minimum: int) -> int:

@@ -140,3 +140,18 @@ def test_the_web_view_is_served_by_default_only_without_an_acl(tmp_path: Path) -
     assert not load_settings({"REGROUP_WEB_VIEW": "on", "REGROUP_METRICS_LISTEN": "off"}).web_view_served()
     with pytest.raises(ConfigError, match="REGROUP_WEB_VIEW must be true or false"):
         load_settings({"REGROUP_WEB_VIEW": "maybe"})
+
+
+def test_regroup_http_listen_names_the_metrics_and_web_view_port() -> None:
+    assert load_settings({"REGROUP_HTTP_LISTEN": "0.0.0.0:9999"}).metrics_listen == "0.0.0.0:9999"
+    same = {"REGROUP_HTTP_LISTEN": "0.0.0.0:9999", "REGROUP_METRICS_LISTEN": "0.0.0.0:9999"}
+    assert load_settings(same).metrics_listen == "0.0.0.0:9999"
+    with pytest.raises(ConfigError, match="REGROUP_HTTP_LISTEN .* name different ports"):
+        load_settings({"REGROUP_HTTP_LISTEN": "0.0.0.0:9999", "REGROUP_METRICS_LISTEN": "off"})
+
+
+def test_history_settings() -> None:
+    settings = load_settings({"REGROUP_HISTORY_MAX_EVENTS": "0", "REGROUP_HISTORY_MAX_AGE_MS": "60000"})
+    assert (settings.history_max_events, settings.history_max_age_ms) == (0, 60_000)
+    with pytest.raises(ConfigError, match="REGROUP_HISTORY_MAX_EVENTS must be at least 0"):
+        load_settings({"REGROUP_HISTORY_MAX_EVENTS": "-1"})
