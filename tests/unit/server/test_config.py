@@ -146,7 +146,7 @@ def test_regroup_http_listen_names_the_metrics_and_web_view_port() -> None:
     assert load_settings({"REGROUP_HTTP_LISTEN": "0.0.0.0:9999"}).metrics_listen == "0.0.0.0:9999"
     same = {"REGROUP_HTTP_LISTEN": "0.0.0.0:9999", "REGROUP_METRICS_LISTEN": "0.0.0.0:9999"}
     assert load_settings(same).metrics_listen == "0.0.0.0:9999"
-    with pytest.raises(ConfigError, match="REGROUP_HTTP_LISTEN .* name different ports"):
+    with pytest.raises(ConfigError, match=r"REGROUP_HTTP_LISTEN .* name different ports"):
         load_settings({"REGROUP_HTTP_LISTEN": "0.0.0.0:9999", "REGROUP_METRICS_LISTEN": "off"})
 
 
