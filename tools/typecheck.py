@@ -1,4 +1,4 @@
-"""Runs mypy on the regroup namespace: strict on the engine and the server.
+"""Runs mypy on the regroup namespace: strict on the engine, the server, the client and its command.
 
 reconciler/ and server/ are installed as regroup.reconciler and regroup.server
 through a setuptools package-dir mapping, which mypy cannot follow. This script
@@ -20,6 +20,7 @@ LINKS = {
     "reconciler": ROOT / "reconciler",
     "server": ROOT / "server",
     "client": ROOT / "clients/python/src/regroup/client",
+    "cli": ROOT / "clients/python/src/regroup/cli",
     "v1": ROOT / "clients/python/src/regroup/v1",
 }
 
@@ -50,6 +51,8 @@ def main() -> int:
         "regroup.server",
         "-p",
         "regroup.client",
+        "-p",
+        "regroup.cli",
     ]
     return subprocess.call(cmd, cwd=base, env={**os.environ, "MYPYPATH": str(STUBS)})
 
