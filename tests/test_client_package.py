@@ -8,6 +8,7 @@ import zipfile
 from email.parser import Parser
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +36,8 @@ def test_client_wheel_contents(tmp_path: Path) -> None:
         names = set(archive.namelist())
         (metadata_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         metadata = Parser().parsestr(archive.read(metadata_name).decode())
+        (entry_points_name,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        entry_points = archive.read(entry_points_name).decode()
     requires = [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r]
     assert sorted(r.split(">")[0].split("=")[0] for r in requires) == ["grpcio", "protobuf"]
     # The Spark extra must install beside the pyspark a cluster already runs: a range, never a pin,
@@ -44,7 +47,22 @@ def test_client_wheel_contents(tmp_path: Path) -> None:
     specifier = SpecifierSet(spark[0].split(";")[0].removeprefix("pyspark").strip())
     assert not any(s.operator in ("==", "===") for s in specifier), specifier
     assert specifier.contains(_dev_pin("pyspark")) and not specifier.contains("3.4.0")
+    # The `regroup` command: its extra brings click and rich, in ranges that admit the tested
+    # pins; the console script is in the base wheel (without the extra it says what to install).
+    cli = sorted(
+        (Requirement(r) for r in metadata.get_all("Requires-Dist") or [] if 'extra == "cli"' in r),
+        key=lambda r: r.name,
+    )
+    assert [r.name for r in cli] == ["click", "rich"], cli
+    for requirement in cli:
+        assert not any(s.operator in ("==", "===") for s in requirement.specifier), requirement
+        assert requirement.specifier.contains(_dev_pin(requirement.name)), requirement
+    assert "[console_scripts]\nregroup = regroup.cli.main:main" in entry_points, entry_points
     for expected in (
+        "regroup/cli/__init__.py",
+        "regroup/cli/__main__.py",
+        "regroup/cli/main.py",
+        "regroup/cli/app.py",
         "regroup/client/__init__.py",
         "regroup/client/member.py",
         "regroup/client/py.typed",

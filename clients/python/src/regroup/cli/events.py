@@ -42,7 +42,8 @@ def type_value(name: str) -> admin_pb2.GroupEventType.ValueType:
 
 def epochs(event: admin_pb2.GroupEvent) -> str:
     words = []
-    if event.previous_group_epoch and event.previous_group_epoch != event.group_epoch:
+    bumped = event.type == admin_pb2.GROUP_EVENT_TYPE_GROUP_EPOCH_BUMPED
+    if bumped or (event.previous_group_epoch and event.previous_group_epoch != event.group_epoch):
         words.append(f"group {event.previous_group_epoch}->{event.group_epoch}")
     elif event.group_epoch:
         words.append(f"group {event.group_epoch}")
