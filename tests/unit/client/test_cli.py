@@ -4,17 +4,22 @@ click and rich, the hint without the cli extra, and the parsing and rendering he
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
+import yaml
 
+from regroup.cli.app import cli
 from regroup.cli.describe import ASSIGNED, ASSIGNING, REVOKING, UNASSIGNED, partition_rows
 from regroup.cli.events import since_ms, type_value
 from regroup.cli.main import HINT
 from regroup.cli.output import partitions_text, ranges, timestamp
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
+from tests.support.doc_blocks import parse
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
@@ -106,3 +111,33 @@ def test_partition_rows_say_who_owns_what() -> None:
         (2, None, "new", ASSIGNING),
         (3, 30, None, UNASSIGNED),
     ]
+
+
+def test_the_prestop_example_is_a_valid_manifest_whose_hook_the_command_accepts() -> None:
+    """docs/cli.md's preStop example cannot run here (no cluster): its manifest is checked
+    against Kubernetes' schemas, and its hook's command line against the command's parser."""
+    root = Path(__file__).resolve().parents[3]
+    (block,) = [
+        b for b in parse((root / "docs" / "cli.md").read_text(), "docs/cli.md") if b.language == "yaml"
+    ]
+    validate = Path(sys.executable).parent / "kubernetes-validate"
+    run = subprocess.run(
+        [str(validate), "--strict", "--quiet", "-"],
+        input=block.code,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    (container,) = yaml.safe_load(block.code)["spec"]["template"]["spec"]["containers"]
+    shell, dash_c, line = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert (shell, dash_c) == ("sh", "-c")
+    argv = shlex.split(line.replace('"$POD_NAME"', "orders-workers-7d9f-abcde"))
+    assert argv[:3] == ["regroup", "members", "drain"] and "--wait" in argv
+    # Parsed as the command would parse it (nothing is called).
+    members = cli.commands["members"]
+    assert isinstance(members, click.Group)
+    params = members.commands["drain"].make_context("drain", argv[3:]).params
+    assert params["instance_id"] == "orders-workers-7d9f-abcde" and params["wait"] and params["timeout"] == 60
+    grace = yaml.safe_load(block.code)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > params["timeout"], "the grace period must outlast the drain"
