@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -22,13 +23,16 @@ import termios
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
 from regroup.v1 import coordinator_pb2
-from tests.integration.conftest import Service
+from tests.integration.conftest import Service, ServiceFactory
+from tests.integration.test_replicas import FAST, owned_by, spread
+from tests.support.certs import CertificateAuthority
 from tests.support.wire import WireMember, converge
 
 CLI = (sys.executable, "-m", "regroup.cli")
@@ -51,9 +55,13 @@ def address(service: Service) -> str:
     return f"127.0.0.1:{service.server.port}"
 
 
-async def regroup(target: Service | str, *args: str, timeout: float = 60) -> Run:
+async def regroup(target: Service | str, *args: str, timeout: float = 60, **env_vars: str) -> Run:
     """`regroup ARGS...` with REGROUP_ADDRESS pointing at the server (or the address given)."""
-    env = {**os.environ, "REGROUP_ADDRESS": target if isinstance(target, str) else address(target)}
+    env = {
+        **os.environ,
+        "REGROUP_ADDRESS": target if isinstance(target, str) else address(target),
+        **env_vars,
+    }
     process = await asyncio.create_subprocess_exec(
         *CLI, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
     )
@@ -369,6 +377,33 @@ async def test_watch_json_lines(service: Service) -> None:
     assert process.returncode == 0
 
 
+async def test_group_calls_follow_not_coordinator(start_service: ServiceFactory) -> None:
+    """Two replicas that do not forward: describe and watch, sent to the one that does not
+    own the group, go where its NOT_COORDINATOR answer says."""
+    a = await start_service(forward=False, **FAST)
+    b = await start_service(forward=False, **FAST)
+    await spread([a, b])
+    group = owned_by(b)
+    await a.stubs.create_topic("orders", 2)
+    member = WireMember(b.stubs.coordinator, group, "m-a", ["orders"])
+    await converge(b.stubs, group, [member])
+
+    run = await regroup(a, "groups", "describe", group, "--json")
+    assert run.code == 0 and run.json()["groups"][0]["members"][0]["member_id"] == "m-a", run
+    env = {**os.environ, "REGROUP_ADDRESS": address(a)}
+    process = await asyncio.create_subprocess_exec(
+        *CLI, "groups", "watch", group, "--json", stdout=asyncio.subprocess.PIPE, env=env
+    )
+    assert process.stdout is not None
+    try:
+        first = json.loads(await asyncio.wait_for(process.stdout.readline(), 20))
+    finally:
+        process.send_signal(signal.SIGINT)
+        await asyncio.wait_for(process.wait(), 20)
+    assert first["group"]["error"] is None and first["group"]["members"][0]["member_id"] == "m-a", first
+    assert process.returncode == 0
+
+
 async def test_exit_codes(service: Service) -> None:
     """1 usage, 3 unreachable, 4 timeout, 5 unsupported; the others are covered above."""
     run = await regroup(service, "offsets", "reset", "g", "--to-offset", "1", "--delete")
@@ -393,6 +428,42 @@ async def test_exit_codes(service: Service) -> None:
     finally:
         await older.stop(None)
     assert run.code == 5 and "does not support DescribeTopics" in run.err, run
+
+
+async def test_tls_and_tokens(start_service: ServiceFactory, tmp_path: Path) -> None:
+    """The client's TLS (CA, client certificate and key) and its bearer token, against an
+    mTLS server with a tokens file."""
+    servers, clients = CertificateAuthority("servers"), CertificateAuthority("clients")
+    server_cert, server_key = servers.server("replica").write(tmp_path, "server")
+    client = clients.client("ops")
+    client_cert, client_key = client.write(tmp_path, "client")
+    ca = str(servers.write(tmp_path, "ca"))
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(
+        json.dumps([{"principal": "User:ops", "sha256": hashlib.sha256(b"s3cret").hexdigest()}])
+    )
+    (tmp_path / "token").write_text("s3cret\n")
+    service = await start_service(
+        credentials=grpc.ssl_channel_credentials(servers.cert, client.key, client.cert),
+        tls_cert=server_cert,
+        tls_key=server_key,
+        tls_client_ca=clients.write(tmp_path, "clients"),
+        tokens_file=tokens,
+    )
+    mtls = ("--tls-ca", ca, "--tls-cert", str(client_cert), "--tls-key", str(client_key))
+    run = await regroup(service, "topics", "create", "orders", "-p", "1", *mtls, REGROUP_TOKEN="s3cret")
+    assert run.code == 0, run
+    run = await regroup(service, "topics", "describe", *mtls, "--token-file", str(tmp_path / "token"))
+    assert run.code == 0 and "orders" in run.out, run
+    run = await regroup(service, "topics", "describe", *mtls, REGROUP_TOKEN="wrong")
+    assert run.code == 1 and "UNAUTHENTICATED" in run.err and "wrong" not in run.err, run
+    # Without a client certificate, or in plain text, the handshake fails: not reachable.
+    run = await regroup(service, "topics", "describe", "--tls-ca", ca, REGROUP_TOKEN="s3cret")
+    assert run.code == 3, run
+    run = await regroup(service, "topics", "describe", REGROUP_TOKEN="s3cret")
+    assert run.code == 3, run
+    run = await regroup(service, "topics", "describe", "--tls-cert", str(client_cert))
+    assert run.code == 1 and "--tls-cert and --tls-key go together" in run.err, run
 
 
 PENDING = "the coordinator's DrainMember and ResetOffsets are not on main yet (they answer UNIMPLEMENTED)"
