@@ -414,10 +414,14 @@ async def test_exit_codes(service: Service) -> None:
     run = await regroup(nobody, "groups", "list")
     assert run.code == 3 and f"cannot reach the coordinator at {nobody}" in run.err, run
     # A port that accepts connections and never answers: the call's deadline passes.
-    silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    connections: list[asyncio.StreamWriter] = []
+    silent = await asyncio.start_server(lambda _, writer: connections.append(writer), "127.0.0.1", 0)
     port = silent.sockets[0].getsockname()[1]
     async with silent:
         run = await regroup(f"127.0.0.1:{port}", "groups", "list", "--request-timeout", "0.5")
+        for writer in connections:
+            writer.close()
+            await writer.wait_closed()
     assert run.code == 4, run
     # An older server: a gRPC server without the GroupAdmin service answers UNIMPLEMENTED.
     older = grpc.aio.server()
