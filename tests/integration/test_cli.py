@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 
 from regroup.v1 import coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
@@ -470,10 +469,6 @@ async def test_tls_and_tokens(start_service: ServiceFactory, tmp_path: Path) -> 
     assert run.code == 1 and "--tls-cert and --tls-key go together" in run.err, run
 
 
-PENDING = "the coordinator's DrainMember and ResetOffsets are not on main yet (they answer UNIMPLEMENTED)"
-
-
-@pytest.mark.xfail(strict=True, reason=PENDING)
 async def test_members_drain(service: Service) -> None:
     await service.stubs.create_topic("orders", 4)
     a = WireMember(service.stubs.coordinator, "gd", "m-a", ["orders"], instance_id="pod-a")
@@ -512,7 +507,6 @@ async def test_members_drain(service: Service) -> None:
     assert run.code == 1, run
 
 
-@pytest.mark.xfail(strict=True, reason=PENDING)
 async def test_offsets_reset(service: Service) -> None:
     await service.stubs.create_topic("orders", 2)
     a = WireMember(service.stubs.coordinator, "gr", "m-a", ["orders"])
