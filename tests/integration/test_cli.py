@@ -28,6 +28,7 @@ from typing import Any
 
 import grpc
 
+from regroup.client import ConnectWorker, WorkerListener
 from regroup.v1 import coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.integration.test_replicas import FAST, owned_by, spread
@@ -227,6 +228,21 @@ async def test_connectors(service: Service) -> None:
     assert run.code == 0 and run.out.split() == ["CONNECTOR", "TASKS", "sink", "3", "source", "1"], run
     run = await regroup(service, "connectors", "put", "cc", "sink")
     assert run.code == 1 and "expected NAME=TASKS" in run.err, run
+
+    # A worker joins: describe shows the connectors and tasks it owns instead of partitions.
+    async with ConnectWorker(address(service), listener=WorkerListener()) as worker:
+        await worker.join("cc", url="http://worker-1:8083")
+        async with asyncio.timeout(15):
+            while len(worker.assignment().partitions) < 6:  # 2 connectors and 4 tasks
+                await asyncio.sleep(0.05)
+        run = await regroup(service, "groups", "describe", "cc")
+        assert run.code == 0 and "Group cc (connect):" in run.out, run
+        owns = "sink source sink/0-2 source/0"
+        assert re.search(rf"{worker.member_id}\s.*\s{owns}\s+{owns}\s+-", run.out), run
+        run = await regroup(service, "groups", "describe", "cc", "--json")
+        (member,) = run.json()["groups"][0]["members"]
+        assert member["connect_assignment"]["connectors"] == ["sink", "source"], run
+        assert member["url"] == "http://worker-1:8083" and member["assignment"] == [], run
     run = await regroup(service, "connectors", "list", "nope", "--json")
     assert run.code == 2 and run.json()["error"]["code"] == "GROUP_ID_NOT_FOUND", run
 

@@ -47,15 +47,16 @@ def epochs(event: admin_pb2.GroupEvent) -> str:
         words.append(f"group {event.previous_group_epoch}->{event.group_epoch}")
     elif event.group_epoch:
         words.append(f"group {event.group_epoch}")
-    if event.member_id:
+    if event.member_id and event.member_epoch:  # 0: the event does not concern its epoch (a drain)
         words.append(f"member {event.member_epoch}")
     return ", ".join(words)
 
 
-def events_table(events: Iterable[admin_pb2.GroupEvent]) -> Table:
+def events_table(events: Iterable[admin_pb2.GroupEvent], *, short_times: bool = False) -> Table:
+    """short_times: the time of day only (UTC), for the live view, whose events are recent."""
     rows = [
         (
-            timestamp(e.timestamp_ms),
+            timestamp(e.timestamp_ms)[11:] if short_times else timestamp(e.timestamp_ms),
             type_name(e.type),
             e.reason,
             e.member_id + (f" ({e.instance_id})" if e.instance_id else ""),

@@ -63,11 +63,12 @@ class View:
         parts.append(Text(""))
         if self.events:
             parts.append(Text(f"Last {len(self.events)} events (newest last)", style="bold"))
-            parts.append(events_table(self.events))
+            parts.append(events_table(self.events, short_times=True))
         else:
             parts.append(Text("(no events yet)"))
         parts.append(Text(""))
-        parts.append(Text(f"{self.status} at {time.strftime('%H:%M:%S')}; Ctrl-C to stop", style="dim"))
+        now = time.strftime("%H:%M:%SZ", time.gmtime())  # UTC, as the events' times
+        parts.append(Text(f"{self.status}, updated {now}; Ctrl-C to stop", style="dim"))
         return Group(*parts)
 
 
@@ -103,7 +104,8 @@ def _messages(
         failures += 1
         if failures > REOPENS:
             raise CliError(UNREACHABLE, f"the stream of group {request.group_id} keeps ending; giving up")
-        if not moved:
+        if not moved or address is None:
+            # Not told where to go next: the same place again, after a backoff.
             view.status = "the stream ended: reopening"
             time.sleep(min(2.0, 0.1 * 2**failures))
 
