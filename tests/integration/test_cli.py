@@ -419,6 +419,48 @@ async def test_group_calls_follow_not_coordinator(start_service: ServiceFactory)
     assert process.returncode == 0
 
 
+async def test_watch_goes_on_when_the_coordinator_stops(start_service: ServiceFactory) -> None:
+    """The replica serving the stream stops (a rollout): the view opens it again at the
+    bootstrap address, which now owns the group, and keeps showing its events."""
+    a = await start_service(**FAST)
+    b = await start_service(**FAST)
+    await spread([a, b])
+    group = owned_by(b)
+    await a.stubs.create_topic("orders", 2)
+    first = WireMember(a.stubs.coordinator, group, "m-a", ["orders"])
+    await converge(a.stubs, group, [first])
+    env = {**os.environ, "REGROUP_ADDRESS": address(a)}
+    process = await asyncio.create_subprocess_exec(
+        *CLI, "groups", "watch", group, "--json", stdout=asyncio.subprocess.PIPE, env=env
+    )
+    assert process.stdout is not None
+
+    sequences: list[int] = []
+
+    async def until(member_id: str) -> None:
+        assert process.stdout is not None
+        while True:
+            message = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+            sequences.extend(e["sequence"] for e in message["events"])
+            if any(e["member_id"] == member_id for e in message["events"]):
+                return
+
+    try:
+        await until("m-a")  # the history sent first
+        await b.server.stop()  # hands its shards over at once
+        second = WireMember(a.stubs.coordinator, group, "m-b", ["orders"])
+        async with asyncio.timeout(30):
+            while (await second.heartbeat()).error_code != 0:  # until a serves the group
+                await asyncio.sleep(0.1)
+        await until("m-b")
+        # The reopened stream's history is not printed again.
+        assert sequences == sorted(set(sequences)), sequences
+    finally:
+        process.send_signal(signal.SIGINT)
+        await asyncio.wait_for(process.wait(), 20)
+    assert process.returncode == 0
+
+
 async def test_exit_codes(service: Service) -> None:
     """1 usage, 3 unreachable, 4 timeout, 5 unsupported; the others are covered above."""
     run = await regroup(service, "offsets", "reset", "g", "--to-offset", "1", "--delete")

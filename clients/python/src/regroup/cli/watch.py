@@ -80,6 +80,8 @@ def _messages(
     moving): the view keeps going. A coordinator that cannot be reached at all is an error."""
     address: str | None = None
     failures = 0
+    served = False
+    last_sequence = 0
     while True:
         stream = conn.watch(request, address)
         view.status = f"watching through {stream.address}"
@@ -93,19 +95,28 @@ def _messages(
                     view.status = f"following the coordinator to {address}"
                     moved = True
                     break
-                failures = 0
+                failures, served = 0, True
+                # A reopened stream sends its last events again (those missed in between too):
+                # the sequence, increasing within the group, tells which are new.
+                fresh = [e for e in message.events if e.sequence > last_sequence]
+                if len(fresh) != len(message.events):
+                    del message.events[:]
+                    message.events.extend(fresh)
+                last_sequence = max([last_sequence, *(e.sequence for e in fresh)])
                 yield message
         except CliError as err:
-            if err.code != UNREACHABLE or view.description is None:
+            if err.code != UNREACHABLE or not served:
                 raise
-            address = None  # its replica is gone: the bootstrap address knows the new owner
         finally:
             stream.cancel()
         failures += 1
         if failures > REOPENS:
             raise CliError(UNREACHABLE, f"the stream of group {request.group_id} keeps ending; giving up")
+        if not moved:
+            # The replica ended the stream (it stopped, or handed the group over) or is gone:
+            # the bootstrap address knows the group's owner now.
+            address = None
         if not moved or address is None:
-            # Not told where to go next: the same place again, after a backoff.
             view.status = "the stream ended: reopening"
             time.sleep(min(2.0, 0.1 * 2**failures))
 
