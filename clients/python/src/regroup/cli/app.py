@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from regroup.cli import events, watch  # noqa: F401  (they add `history` and `watch` to `groups`)
@@ -59,4 +62,9 @@ def run(argv: list[str]) -> int:
     except CliError as err:
         warn(err.message)
         return err.code
+    except BrokenPipeError:
+        # The reader stopped reading (`regroup groups watch g --json | head -1`): its choice, not
+        # an error of ours. Python would complain again flushing stdout at exit: point it nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
     return result if isinstance(result, int) else OK
