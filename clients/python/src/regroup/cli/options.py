@@ -147,6 +147,11 @@ def common(command: Callable[..., Any]) -> Callable[..., Any]:
         )
         return command(Session(target, kwargs.pop("as_json")), **kwargs)
 
+    own: list[Any] = list(getattr(run, "__click_params__", []))
     for option in reversed(_OPTIONS):
         run = option(run)
+    # click lists the parameters in the reverse order of this list: the command's own
+    # arguments and options first in --help, these common ones after them.
+    params: list[Any] = run.__click_params__  # type: ignore[attr-defined]
+    params[:] = [p for p in params if p not in own] + own
     return run
