@@ -563,6 +563,18 @@ async def test_members_drain(service: Service) -> None:
     assert run.code == 2 and "UNKNOWN_MEMBER_ID" in run.err, run
     run = await regroup(service, "members", "drain", "gd", "--member-id", "m-a", "--undrain", "--wait")
     assert run.code == 1, run
+    # A member that leaves while --wait waits for it is as good as drained.
+    waiting = asyncio.create_task(
+        regroup(service, "members", "drain", "gd", "--member-id", "m-b", "--wait", "--json")
+    )
+    async with asyncio.timeout(20):  # the command has drained it and is waiting
+        while not any(
+            m.drain_state for m in (await service.stubs.describe("gd")).members if m.member_id == "m-b"
+        ):
+            await asyncio.sleep(0.05)
+    await b.leave()
+    run = await waiting
+    assert run.code == 0 and run.json()["left"] is True and run.json()["drain_state"] is None, run
 
 
 async def test_offsets_reset(service: Service) -> None:
