@@ -76,8 +76,9 @@ class _NullStore:
     replica_id = "bench"
     commits = 0
 
-    async def append(self, group_id: str, records: Any, fence: Any) -> None:
+    async def append(self, group_id: str, records: Any, fence: Any, *history: Any) -> tuple[int, ...]:
         self.commits += 1
+        return ()  # no event sequences: the events are not kept either
 
 
 def _serve_every_shard(coordinator: Any) -> None:

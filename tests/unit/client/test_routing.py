@@ -36,6 +36,9 @@ class FakeChannel:
     def stream_stream(self, *args: Any, **kwargs: Any) -> None:
         return None
 
+    def unary_stream(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
     def __repr__(self) -> str:
         return f"FakeChannel({self.address})"
 
