@@ -435,7 +435,8 @@ class _Derivation:
         metadata = self._metadata_of(member_id)
         if metadata is None or self.last_current.get(member_id) != index:
             return
-        if record.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        away = record.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH
+        if away:
             self.member_cause = self.member_cause or "member_left"
             self._member(
                 EventType.MEMBER_LEFT_TEMPORARILY,
@@ -446,11 +447,11 @@ class _Derivation:
                 message="A static member left for now: its partitions wait for its return "
                 "until its session times out.",
             )
-            return
         owned_before = before is not None and bool(before.assigned or before.pending_revocation)
         if metadata.draining and owned_before and not (record.assigned or record.pending_revocation):
+            # Also when it leaves for now: what it was still revoking is given up with it.
             self._member(EventType.MEMBER_DRAINED, member_id, metadata, message="Drained: it owns nothing.")
-        if _reconciled(record, self.assignment_epoch) and not (
+        if not away and _reconciled(record, self.assignment_epoch) and not (
             before is not None and _reconciled(before, self.assignment_epoch)
         ):
             self._member(
