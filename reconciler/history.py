@@ -451,8 +451,10 @@ class _Derivation:
         if metadata.draining and owned_before and not (record.assigned or record.pending_revocation):
             # Also when it leaves for now: what it was still revoking is given up with it.
             self._member(EventType.MEMBER_DRAINED, member_id, metadata, message="Drained: it owns nothing.")
-        if not away and _reconciled(record, self.assignment_epoch) and not (
-            before is not None and _reconciled(before, self.assignment_epoch)
+        if (
+            not away
+            and _reconciled(record, self.assignment_epoch)
+            and not (before is not None and _reconciled(before, self.assignment_epoch))
         ):
             self._member(
                 EventType.MEMBER_RECONCILED,
