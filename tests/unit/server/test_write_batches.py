@@ -9,8 +9,9 @@ from typing import Any
 
 from regroup.reconciler import ConsumerGroupHeartbeat, GroupConfig, Record, replay_all
 from regroup.reconciler.errors import CoordinatorNotAvailable
-from regroup.reconciler.history import GroupEvent
+from regroup.reconciler.history import EventType, GroupEvent
 from regroup.server.clock import ManualClock
+from regroup.server.history import EventQuery
 from regroup.server.memstore import MemoryStore
 from regroup.server.runtime import Coordinator
 from regroup.server.store import Fence, PreparedWrite, StoreUnavailable
@@ -98,6 +99,18 @@ async def test_heartbeats_queued_behind_a_write_are_stored_in_one_transaction_wi
         # Memory is what the store holds.
         loaded = replay_all(None, "g", batched_store.database.log["g"])
         assert loaded is not None and loaded.members == batched.groups["g"].members
+        # And so is the history: the batch's events, each derived from its heartbeat's group.
+        query = EventQuery(limit=1_000, oldest_first=True)
+        history = [
+            (e.type, e.member_id, e.group_epoch) for e in (await batched_store.list_events("g", query))[0]
+        ]
+        serial_store = serial.store
+        assert isinstance(serial_store, MemoryStore)
+        assert history == [
+            (e.type, e.member_id, e.group_epoch) for e in (await serial_store.list_events("g", query))[0]
+        ]
+        joined = [m for kind, m, _ in history if kind is EventType.MEMBER_JOINED]
+        assert joined == ids
     finally:
         await batched.stop()
         await serial.stop()
