@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
+from regroup.client import GroupAdmin, RegroupError, SyncGroupAdmin
 from regroup.server.clock import ManualClock
 from regroup.v1 import admin_pb2, common_pb2
 from tests.integration.conftest import Service, ServiceFactory
@@ -289,3 +292,43 @@ async def test_a_stopping_server_ends_its_watches(start_service: ServiceFactory)
     last = await asyncio.wait_for(stream.read(), 5)
     assert last.description.error_code == common_pb2.NOT_COORDINATOR
     assert "no longer serves" in last.description.error_message
+
+
+async def test_the_python_admin_client_reads_history_drains_and_resets(service: Service) -> None:
+    """GroupAdmin.group_events / drain_member / reset_offsets, async and sync."""
+    address = f"127.0.0.1:{service.server.port}"
+    stubs = service.stubs
+    await stubs.create_topic("orders", 2)
+    a = WireMember(stubs.coordinator, "g", "a", ["orders"])
+    b = WireMember(stubs.coordinator, "g", "b", ["orders"])
+    await converge(stubs, "g", [a, b])
+    async with GroupAdmin(address) as admin:
+        newest = await admin.group_events("g", limit=2)
+        assert [T.Name(e.type) for e in newest] == [
+            "GROUP_EVENT_TYPE_GROUP_STABLE",
+            "GROUP_EVENT_TYPE_MEMBER_RECONCILED",
+        ]
+        assert await admin.drain_member("g", member_id="b") == "DRAINING"
+        await converge(stubs, "g", [a, b])
+        assert await admin.drain_member("g", member_id="b") == "DRAINED"
+        with pytest.raises(RegroupError) as refused:
+            await admin.drain_member("g", member_id="nobody")
+        assert refused.value.code == common_pb2.UNKNOWN_MEMBER_ID
+        with pytest.raises(RegroupError) as busy:
+            await admin.reset_offsets("g", ["orders"], to_offset=5)
+        assert busy.value.code == common_pb2.NON_EMPTY_GROUP
+    await a.leave()
+    await b.leave()
+
+    def sync_calls() -> None:
+        with SyncGroupAdmin(address) as admin:
+            plan = admin.reset_offsets("g", {"orders": [0]}, to_offset=7, dry_run=True)
+            assert not plan.applied and [(p.partition, p.new_offset) for p in plan.partitions] == [(0, 7)]
+            assert admin.fetch_offsets("g") == {}
+            done = admin.reset_offsets("g", ["orders"], to_offset=7)
+            assert done.applied and admin.fetch_offsets("g") == {("orders", 0): 7, ("orders", 1): 7}
+            kinds = [T.Name(e.type) for e in admin.group_events("g", limit=1_000, oldest_first=True)]
+            assert kinds.count("GROUP_EVENT_TYPE_MEMBER_DRAINED") == 1
+            assert kinds[-1] == "GROUP_EVENT_TYPE_OFFSETS_RESET"
+
+    await asyncio.to_thread(sync_calls)

@@ -27,6 +27,8 @@ CreatedTopic = admin_pb2.CreateTopicsResponse.Result
 TopicDescription = admin_pb2.TopicDescription
 GroupListing = admin_pb2.ListGroupsResponse.Group
 DescribedGroup = admin_pb2.DescribedGroup
+GroupEvent = admin_pb2.GroupEvent
+ResetOffsetsResponse = admin_pb2.ResetOffsetsResponse
 
 
 def _check(result: Any) -> Any:
@@ -183,6 +185,57 @@ def _admin_fetch(group_id: str) -> GroupPlan[dict[tuple[str, int], int]]:
     )
 
 
+def _group_events(
+    group_id: str,
+    limit: int,
+    after_sequence: int,
+    before_sequence: int,
+    oldest_first: bool,
+    types: Iterable[int],
+) -> Plan[list[GroupEvent]]:
+    """A group's history (any replica answers it, from the store: not routed)."""
+    request = admin_pb2.ListGroupEventsRequest(
+        group_id=group_id,
+        limit=limit,
+        after_sequence=after_sequence,
+        before_sequence=before_sequence,
+        oldest_first=oldest_first,
+        types=[admin_pb2.GroupEventType.ValueType(t) for t in types],
+    )
+    return "ListGroupEvents", request, lambda r: list(_check(r).events)
+
+
+def _drain(group_id: str, member_id: str, instance_id: str, undrain: bool) -> GroupPlan[str]:
+    request = admin_pb2.DrainMemberRequest(
+        group_id=group_id, member_id=member_id, instance_id=instance_id, undrain=undrain
+    )
+    return single("admin", "DrainMember", group_id, request), lambda r: _check(r).drain_state
+
+
+def _reset(
+    group_id: str,
+    topics: Mapping[str, Sequence[int]] | Iterable[str],
+    to_offset: int | None,
+    shift_by: int | None,
+    delete: bool,
+    dry_run: bool,
+) -> GroupPlan[ResetOffsetsResponse]:
+    """ResetOffsets; exactly one of to_offset, shift_by and delete (the server says so otherwise)."""
+    wanted = topics.items() if isinstance(topics, Mapping) else ((t, ()) for t in topics)
+    request = admin_pb2.ResetOffsetsRequest(
+        group_id=group_id,
+        topics=[admin_pb2.ResetOffsetsRequest.Topic(name=t, partitions=list(p)) for t, p in wanted],
+        dry_run=dry_run,
+    )
+    if to_offset is not None:
+        request.to_offset = to_offset
+    if shift_by is not None:
+        request.shift_by = shift_by
+    if delete:
+        request.delete = True
+    return single("admin", "ResetOffsets", group_id, request), _check
+
+
 class GroupAdmin:
     """Async admin client: `admin = GroupAdmin("host:50051")`, then `await admin.create_topic("t", 8)`.
 
@@ -303,6 +356,43 @@ class GroupAdmin:
         """Every committed offset of the group, by (topic name, partition)."""
         return await self._do_group(_admin_fetch(group_id))
 
+    async def group_events(
+        self,
+        group_id: str,
+        *,
+        limit: int = 100,
+        after_sequence: int = 0,
+        before_sequence: int = 0,
+        oldest_first: bool = False,
+        types: Iterable[int] = (),
+    ) -> list[GroupEvent]:
+        """A page of the group's history (newest first unless `oldest_first`; docs/history.md)."""
+        return await self._do(
+            _group_events(group_id, limit, after_sequence, before_sequence, oldest_first, types)
+        )
+
+    async def drain_member(
+        self, group_id: str, *, member_id: str = "", instance_id: str = "", undrain: bool = False
+    ) -> str:
+        """Takes a member out of service (or back with `undrain`); returns its drain state
+        (DRAINING, DRAINED, or "" in service). See docs/operations.md."""
+        return await self._do_group(_drain(group_id, member_id, instance_id, undrain))
+
+    async def reset_offsets(
+        self,
+        group_id: str,
+        topics: Mapping[str, Sequence[int]] | Iterable[str] = (),
+        *,
+        to_offset: int | None = None,
+        shift_by: int | None = None,
+        delete: bool = False,
+        dry_run: bool = False,
+    ) -> ResetOffsetsResponse:
+        """Resets an empty group's offsets of `topics` (names, or name -> partitions; none:
+        every topic with offsets); with `dry_run`, only the plan. Raises RegroupError when
+        refused (NON_EMPTY_GROUP, ...); per-partition errors are in the answer."""
+        return await self._do_group(_reset(group_id, topics, to_offset, shift_by, delete, dry_run))
+
     async def close(self) -> None:
         for channel in self._router.take_channels():
             await channel.close()
@@ -418,6 +508,35 @@ class SyncGroupAdmin:
 
     def fetch_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         return self._do_group(_admin_fetch(group_id))
+
+    def group_events(
+        self,
+        group_id: str,
+        *,
+        limit: int = 100,
+        after_sequence: int = 0,
+        before_sequence: int = 0,
+        oldest_first: bool = False,
+        types: Iterable[int] = (),
+    ) -> list[GroupEvent]:
+        return self._do(_group_events(group_id, limit, after_sequence, before_sequence, oldest_first, types))
+
+    def drain_member(
+        self, group_id: str, *, member_id: str = "", instance_id: str = "", undrain: bool = False
+    ) -> str:
+        return self._do_group(_drain(group_id, member_id, instance_id, undrain))
+
+    def reset_offsets(
+        self,
+        group_id: str,
+        topics: Mapping[str, Sequence[int]] | Iterable[str] = (),
+        *,
+        to_offset: int | None = None,
+        shift_by: int | None = None,
+        delete: bool = False,
+        dry_run: bool = False,
+    ) -> ResetOffsetsResponse:
+        return self._do_group(_reset(group_id, topics, to_offset, shift_by, delete, dry_run))
 
     def close(self) -> None:
         for channel in self._router.take_channels():
