@@ -55,7 +55,8 @@ async def test_heartbeats_that_change_nothing_write_nothing(service: Service) ->
     await service.stubs.create_topic("orders", 6)
     members = [WireMember(service.stubs.coordinator, "g1", f"m{i}", ["orders"]) for i in range(2)]
     await converge(service.stubs, "g1", members)
-    commits, xmax = service.coordinator.store.commits, await _xmax(service)
+    keeper = service.coordinator.keeper
+    commits, rounds, xmax = service.coordinator.store.commits, keeper.rounds, await _xmax(service)
 
     for _ in range(25):
         for member in members:
@@ -64,7 +65,9 @@ async def test_heartbeats_that_change_nothing_write_nothing(service: Service) ->
             assert not response.HasField("assignment")
 
     assert service.coordinator.store.commits == commits
-    assert await _xmax(service) == xmax
+    # Only the shard leases' renewals (one statement each, every few seconds) may have written
+    # meanwhile: on a loaded machine the 50 heartbeats can take longer than a renewal period.
+    assert await _xmax(service) - xmax <= keeper.rounds - rounds
 
 
 async def test_a_heartbeat_waits_for_a_write_of_its_group_in_flight(service: Service) -> None:
