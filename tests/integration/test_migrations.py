@@ -14,6 +14,7 @@ import sysconfig
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -238,6 +239,23 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     return Installed(site, names)
 
 
+def _run_installed(installed: Installed, cwd: Path, script: str) -> Any:
+    """What `script` printed as JSON, run by the installed wheel outside the checkout; its
+    "file" is checked to be the wheel's copy, not the checkout's."""
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        env=installed.environment(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert Path(found["file"]).is_relative_to(installed.site)
+    return found
+
+
 def test_the_wheel_carries_the_migrations(installed: Installed) -> None:
     for name in CHECKOUT_MIGRATIONS:
         assert f"regroup/server/migrations/{name}" in installed.wheel_names, name
@@ -251,17 +269,7 @@ def test_an_installed_server_finds_its_migrations_outside_a_checkout(
         "from regroup.server.migrate import discover\n"
         "print(json.dumps({'file': regroup.server.__file__, 'migrations': [m.name for m in discover()]}))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-S", "-c", script],
-        env=installed.environment(),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    found = json.loads(result.stdout)
-    assert Path(found["file"]).is_relative_to(installed.site)  # the wheel's copy, not the checkout's
+    found = _run_installed(installed, tmp_path, script)
     assert found["migrations"] == CHECKOUT_MIGRATIONS
 
 
@@ -304,17 +312,7 @@ def test_an_installed_server_finds_its_web_view_outside_a_checkout(
         "sums = {p: hashlib.sha256(b).hexdigest() for p, b in w.load_files().items()}\n"
         "print(json.dumps({'file': w.__file__, 'sha256': sums}))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-S", "-c", script],
-        env=installed.environment(),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    found = json.loads(result.stdout)
-    assert Path(found["file"]).is_relative_to(installed.site)  # the wheel's copy, not the checkout's
+    found = _run_installed(installed, tmp_path, script)
     checkout = {
         path: hashlib.sha256((ROOT / "server" / "web" / name).read_bytes()).hexdigest()
         for path, (name, _) in STATIC_FILES.items()
