@@ -46,6 +46,11 @@ class EmbeddedPostgres:
             return
         conn = await asyncpg.connect(self.base_dsn)
         try:
+            # No autovacuum in tests: its ANALYZE of a busy table (the history's group_events
+            # fills up in many test databases) takes a transaction id, which tests that check
+            # that nothing wrote (pg_snapshot_xmax, cluster-wide) would take for a write.
+            await conn.execute("ALTER SYSTEM SET autovacuum = off")
+            await conn.execute("SELECT pg_reload_conf()")
             await conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
             await conn.execute(f"CREATE DATABASE {TEMPLATE}")
         finally:
