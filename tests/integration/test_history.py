@@ -332,3 +332,26 @@ async def test_the_python_admin_client_reads_history_drains_and_resets(service: 
             assert kinds[-1] == "GROUP_EVENT_TYPE_OFFSETS_RESET"
 
     await asyncio.to_thread(sync_calls)
+
+
+async def test_topics_created_and_deleted_under_a_subscription_are_named(service: Service) -> None:
+    stubs = service.stubs
+    await stubs.create_topic("orders", 2)
+    member = WireMember(stubs.coordinator, "g", "m", ["orders", "later"])  # "later" does not exist yet
+    await converge(stubs, "g", [member])
+    await stubs.create_topic("unrelated", 1)  # no subscriber: no event in g
+    await stubs.create_topic("later", 3)
+    await converge(stubs, "g", [member])
+    gone = await stubs.admin.DeleteTopics(admin_pb2.DeleteTopicsRequest(names=["later"]))
+    assert gone.topics[0].error_code == common_pb2.NONE
+    await converge(stubs, "g", [member])
+    found = await events(stubs, "g")
+    topical = [
+        (T.Name(e.type).removeprefix("GROUP_EVENT_TYPE_"), e.topic_name, e.partition_count)
+        for e in found
+        if e.topic_name
+    ]
+    assert topical == [("TOPIC_CREATED", "later", 3), ("TOPIC_DELETED", "later", 0)]
+    bumps = [e.reason for e in found if e.type == T.GROUP_EVENT_TYPE_GROUP_EPOCH_BUMPED]
+    assert bumps == ["member_joined", "topics_changed", "topics_changed"]
+    assert len(member.partitions()) == 2
