@@ -34,6 +34,33 @@ def test_a_fenced_member_is_a_violation_but_a_rejoin_refused_is_not() -> None:
     assert watch.answers == {"UNKNOWN_MEMBER_ID": 1, "FENCED_MEMBER_EPOCH": 1}
 
 
+def _fenced(known: int) -> Response:
+    return Response(
+        error_code=common_pb2.FENCED_MEMBER_EPOCH,
+        error_message=f"The consumer group member has a smaller member epoch (3) than the one known by "
+        f"the group coordinator ({known}). The member must abandon all its partitions and rejoin.",
+    )
+
+
+def test_a_fencing_after_two_lost_answers_is_the_protocols_and_counted_not_a_violation() -> None:
+    watch, _, _ = _watch()
+    at_3 = Request(group_id="g", member_id="m", member_epoch=3)
+    watch.check(at_3, Response(member_epoch=3))  # the last answer the member received
+    # One lost answer: the protocol forgives it, so a fencing is a violation.
+    watch.unanswered["g/m"] += 1
+    watch.check(at_3, _fenced(5))
+    assert len(watch.violations.found) == 1
+    # Two lost answers, but the coordinator moved it one epoch only: a violation too.
+    watch.unanswered["g/m"] += 2
+    watch.check(at_3, _fenced(4))
+    assert len(watch.violations.found) == 2
+    # Two lost answers and two epochs the member never saw: KIP-848 fences it.
+    watch.unanswered["g/m"] += 2
+    watch.check(at_3, _fenced(5))
+    assert len(watch.violations.found) == 2 and watch.fenced_after_lost == {"g/m": 1}
+    assert watch.unanswered["g/m"] == 0  # an answer starts the count again
+
+
 def test_an_acknowledged_epoch_that_goes_back_is_a_violation() -> None:
     watch, _, _ = _watch()
     for epoch in (1, 3, 3):
