@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from .context import Context, Result
+from .context import Context, GroupConfig, Result
 from .errors import (
     InvalidAssignment,
     InvalidRequest,
@@ -45,6 +45,7 @@ from .records import (
     TargetAssignmentMemberRecord,
 )
 from .subscription import member_topic_ids
+from .target_assignment import preferred_assignor
 from .validation import validate_group_id, validate_id
 
 
@@ -72,6 +73,15 @@ def choose_assignor(members: Sequence[Member]) -> str | None:
         rank = sum([a.name for a in m.client_assignors].index(name) for m in members)
         ranked.append((rank, name))
     return min(ranked)[1] if ranked else None
+
+
+def assignor_in_use(group: Group, config: GroupConfig) -> str:
+    """The assignor the group's target comes from: the client-side one its members agree on
+    ("" when they agree on none), else the server assignor most of them ask for."""
+    members = list(group.members.values())
+    if uses_client_assignors(members):
+        return choose_assignor(members) or ""
+    return preferred_assignor(group.server_assignor_counts(), config)
 
 
 def choose_member(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any, Literal
 
-from .client_assignment import choose_assignor, uses_client_assignors
+from .client_assignment import assignor_in_use
 from .context import GroupConfig
 from .model import (
     EMPTY_ASSIGNMENT,
@@ -43,7 +43,6 @@ from .records import (
     TargetAssignmentMemberRecord,
     TargetAssignmentMemberTombstone,
 )
-from .target_assignment import preferred_assignor
 from .topics import TopicsImage
 
 
@@ -506,10 +505,7 @@ class _Derivation:
     def _assignor(self) -> str:
         if self.group is None:
             return self.config.default_assignor
-        members = [m for m in self.group.members.values() if self.metadata.get(m.member_id, m.metadata)]
-        if uses_client_assignors(members):
-            return choose_assignor(members) or ""
-        return preferred_assignor(self.group.server_assignor_counts(), self.config)
+        return assignor_in_use(self.group, self.config)
 
     # -- stable --------------------------------------------------------------
 

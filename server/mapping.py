@@ -13,14 +13,13 @@ from regroup.reconciler import (
     OwnedTopicPartitions,
     TopicsImage,
 )
-from regroup.reconciler.client_assignment import choose_assignor, uses_client_assignors
+from regroup.reconciler.client_assignment import assignor_in_use
 from regroup.reconciler.connect import CONNECT_SUBSCRIPTION, from_connect, to_connect
 from regroup.reconciler.context import GroupConfig
 from regroup.reconciler.drain import drain_state
 from regroup.reconciler.history import GroupEvent
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Member, make_assignment
-from regroup.reconciler.target_assignment import preferred_assignor
 from regroup.reconciler.topics import resolve_topic_id
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
@@ -328,11 +327,7 @@ def member_pb(group: Group, member: Member, image: TopicsImage) -> admin_pb2.Des
 
 
 def group_pb(group: Group, image: TopicsImage, config: GroupConfig) -> admin_pb2.DescribedGroup:
-    members = list(group.members.values())
-    if uses_client_assignors(members):
-        assignor = choose_assignor(members) or ""
-    else:
-        assignor = preferred_assignor(group.server_assignor_counts(), config)
+    assignor = assignor_in_use(group, config)
     out = admin_pb2.DescribedGroup(
         group_id=group.group_id,
         group_type=group.group_type,

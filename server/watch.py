@@ -19,7 +19,7 @@ from regroup.reconciler.validation import validate_group_id
 from regroup.v1 import admin_pb2
 
 from . import mapping
-from .history import MAX_LIMIT, MAX_WATCH_HISTORY, EventQuery, WatchClosed
+from .history import DEFAULT_LIMIT, MAX_LIMIT, MAX_WATCH_HISTORY, EventQuery, WatchClosed
 from .paging import byte_budget
 from .runtime import Coordinator
 
@@ -45,7 +45,7 @@ def event_query(request: admin_pb2.ListGroupEventsRequest) -> EventQuery:
         before_sequence=request.before_sequence,
         since_ms=request.since_ms,
         until_ms=request.until_ms,
-        limit=request.limit or 100,
+        limit=request.limit or DEFAULT_LIMIT,
         oldest_first=request.oldest_first,
         types=tuple(sorted({int(t) for t in request.types})),
     )
