@@ -29,6 +29,9 @@ class MemberSpec:
     subscribed_topic_ids: frozenset[str]
     #: The member's current target assignment, for stickiness.
     current: Assignment
+    #: The member's weight (ConsumerGroupHeartbeatRequest.capacity, default 1): the
+    #: uniform assignor gives members shares proportional to it.
+    capacity: int = 1
 
 
 class SubscriptionType(Enum):

@@ -27,9 +27,13 @@ Checked:
 - no member fenced (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), none lost
   its partitions (on_partitions_lost), no acknowledged member epoch went backwards. The one
   fencing the protocol itself prescribes is counted, not a violation: KIP-848 forgives one lost
-  answer (a member may repeat its previous epoch), not two, so a member that lost the answers
-  of at least two calls in a row, while the coordinator moved it two epochs past the last one
-  it received, is fenced with FENCED_MEMBER_EPOCH and rejoins;
+  answer (a member may repeat its previous epoch), not two. Any write of the member after the
+  first lost answer, even one that keeps its epoch (a retry at the previous epoch that is
+  accepted and leaves the member revoking or waiting), moves the previous epoch on, as Kafka's
+  `updateMemberEpoch` does. So a member that repeats an epoch after at least two of its calls
+  at that epoch may have moved it on unseen (calls without an answer, and answers it never
+  applied: a member stream's answer that came after the member stopped waiting for it) is
+  fenced with FENCED_MEMBER_EPOCH and rejoins;
 - at the end, with every replica up again: every group Stable at its target, every
   partition of its topic owned by exactly one member.
 """
@@ -44,7 +48,7 @@ import re
 import signal
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,8 +212,18 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
         self.answers: Counter[str] = Counter()
         self.transport_errors: Counter[str] = Counter()
         self.epochs: dict[str, int] = {}
-        #: Per member: its calls that ended without an answer since its last answer.
-        self.unanswered: Counter[str] = Counter()
+        #: Per member and epoch: its calls at that epoch that may have moved it on at the
+        #: coordinator without the member seeing it (see `unseen`). A member's epochs only grow,
+        #: so a count matters only while the member repeats that epoch.
+        self.unseen_at: Counter[tuple[str, int]] = Counter()
+        #: Per member: its call on a member stream still waiting for an answer, (stream, id).
+        self._waiting: dict[str, tuple[int, int]] = {}
+        #: Stream calls a member stopped waiting for (it sent its next call): counted unseen
+        #: once, when the next call went out, not again when their answer comes late.
+        self._abandoned: set[tuple[int, int]] = set()
+        #: Per member: its last calls and their outcomes, told with a violation.
+        self.calls: dict[str, deque[str]] = {}
+        self._started = time.monotonic()
         #: Fencings after two lost answers (the protocol's own; see the module's docs), by member.
         self.fenced_after_lost: Counter[str] = Counter()
         #: Member streams opened, and heartbeats answered on them.
@@ -224,11 +238,12 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
         method = details.method.decode() if isinstance(details.method, bytes) else details.method
         if not method.endswith("/ConsumerGroupHeartbeat"):
             return call
+        self.sending(request, "unary")
         try:
             response = await call
         except grpc.aio.AioRpcError as err:
             self.transport_errors[err.code().name] += 1
-            self.unanswered[f"{request.group_id}/{request.member_id}"] += 1
+            self.unseen(request, f"no answer ({err.code().name})")
             return call
         self.check(request, response)
         return call
@@ -240,50 +255,94 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
         if not method.endswith("/MemberStream"):
             return await continuation(details, request_iterator)
         sent: dict[int, coordinator_pb2.ConsumerGroupHeartbeatRequest] = {}
+        self.streams += 1
+        stream = self.streams
 
         async def requests() -> AsyncIterator[Any]:
             async for message in request_iterator:
                 for item in message.heartbeats:
                     if item.HasField("consumer"):
                         sent[item.correlation_id] = item.consumer
+                        self.sending(item.consumer, f"stream {stream}", (stream, item.correlation_id))
                 yield message
 
         call = await continuation(details, requests())
 
         async def responses() -> AsyncIterator[Any]:
-            self.streams += 1
             try:
                 async for message in call:
                     for answer in message.responses:
                         request = sent.pop(answer.correlation_id, None)
                         if request is not None and answer.HasField("consumer"):
                             self.streamed += 1
-                            self.check(request, answer.consumer)
+                            self.check(request, answer.consumer, (stream, answer.correlation_id))
                     yield message
             except grpc.aio.AioRpcError as err:
                 self.transport_errors[f"stream {err.code().name}"] += 1
-                for request in sent.values():  # their answers are lost with the stream
-                    self.unanswered[f"{request.group_id}/{request.member_id}"] += 1
+                for correlation_id, request in sent.items():  # their answers are lost with the stream
+                    if self._answered((stream, correlation_id), request):
+                        self.unseen(request, f"no answer (stream {err.code().name})")
                 sent.clear()
                 raise
 
         return responses()
 
+    def sending(
+        self,
+        request: coordinator_pb2.ConsumerGroupHeartbeatRequest,
+        via: str,
+        stream_call: tuple[int, int] | None = None,
+    ) -> None:
+        """A member's call goes out. The client sends one call at a time, so a stream call of
+        the member still waiting for its answer was given up (the member's time for it ran
+        out): it may have moved the member on unseen."""
+        member = f"{request.group_id}/{request.member_id}"
+        given_up = self._waiting.pop(member, None)
+        if given_up is not None:
+            self._abandoned.add(given_up)
+            self.unseen(request, "gave up waiting for the previous call")
+        if stream_call is not None:
+            self._waiting[member] = stream_call
+        self._note(member, f"sent at epoch {request.member_epoch} ({via})")
+
+    def _answered(self, stream_call: tuple[int, int], request: Any) -> bool:
+        """Whether this stream call's answer is one the member waited for (else it was counted
+        when the member gave it up)."""
+        member = f"{request.group_id}/{request.member_id}"
+        if self._waiting.get(member) == stream_call:
+            del self._waiting[member]
+        if stream_call in self._abandoned:
+            self._abandoned.discard(stream_call)
+            return False
+        return True
+
     def check(
         self,
         request: coordinator_pb2.ConsumerGroupHeartbeatRequest,
         response: coordinator_pb2.ConsumerGroupHeartbeatResponse,
+        stream_call: tuple[int, int] | None = None,
     ) -> None:
         code = response.error_code
         self.answers[common_pb2.ErrorCode.Name(code)] += 1  # type: ignore[arg-type]
         member = f"{request.group_id}/{request.member_id}"
-        lost, self.unanswered[member] = self.unanswered[member], 0
-        if code in FENCING and request.member_epoch > 0 and self._lost_two_answers(member, lost, response):
+        waited = stream_call is None or self._answered(stream_call, request)
+        lost = self.unseen_at[member, request.member_epoch]
+        outcome = f"{common_pb2.ErrorCode.Name(code)} at epoch {response.member_epoch}"  # type: ignore[arg-type]
+        self._note(member, f"answered {outcome}" if waited else f"late answer {outcome}")
+        if waited and code == common_pb2.NONE and response.member_epoch != request.member_epoch:
+            # Moved on: the member's next call carries the new epoch if it applied the answer.
+            self.unseen(request)
+        if code in FENCING and request.member_epoch > 0 and self._lost_two_answers(lost, response):
             self.fenced_after_lost[member] += 1
+            self.violations.log(
+                f"{member} fenced at epoch {request.member_epoch} after {lost} calls at it moved "
+                f"unseen (the protocol's own). Its last calls: {'; '.join(self.calls.get(member, ()))}"
+            )
         elif code in FENCING and request.member_epoch > 0:
             self.violations.add(
-                f"{member} fenced at epoch {request.member_epoch}: "
-                f"{common_pb2.ErrorCode.Name(code)} {response.error_message}"  # type: ignore[arg-type]
+                f"{member} fenced at epoch {request.member_epoch} ({lost} calls at it moved "
+                f"unseen): {common_pb2.ErrorCode.Name(code)} {response.error_message}"  # type: ignore[arg-type]
+                f" Its last calls: {'; '.join(self.calls.get(member, ()))}"
             )
         if code == common_pb2.NONE and request.member_epoch >= 0:
             before = self.epochs.get(member, 0)
@@ -295,15 +354,28 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
                 self.violations.add(f"two owners: {v}")
         self.registry.violations.clear()
 
-    def _lost_two_answers(
-        self, member: str, lost: int, response: coordinator_pb2.ConsumerGroupHeartbeatResponse
-    ) -> bool:
-        """FENCED_MEMBER_EPOCH after at least two calls without an answer, the coordinator
-        knowing the member at least two epochs past the last one the member received."""
+    def unseen(self, request: coordinator_pb2.ConsumerGroupHeartbeatRequest, why: str = "") -> None:
+        """Counts a call that may have moved the member on at the coordinator unseen: one that
+        ended without an answer, or one answered with a new epoch (unseen if the member's next
+        call repeats the old epoch: it never applied that answer)."""
+        member = f"{request.group_id}/{request.member_id}"
+        self.unseen_at[member, request.member_epoch] += 1
+        if why:
+            self._note(member, why)
+
+    def _note(self, member: str, what: str) -> None:
+        calls = self.calls.setdefault(member, deque(maxlen=8))
+        calls.append(f"{time.monotonic() - self._started:.2f} s {what}")
+
+    @staticmethod
+    def _lost_two_answers(lost: int, response: coordinator_pb2.ConsumerGroupHeartbeatResponse) -> bool:
+        """FENCED_MEMBER_EPOCH for an epoch smaller than the coordinator's, after at least two
+        calls at that epoch that may have moved the member on unseen."""
         if response.error_code != common_pb2.FENCED_MEMBER_EPOCH or lost < 2:
             return False
-        known = re.search(r"known by the group coordinator \((\d+)\)", response.error_message)
-        return known is not None and int(known.group(1)) >= self.epochs.get(member, 0) + 2
+        return (
+            re.search(r"smaller member epoch \(\d+\) than the one known", response.error_message) is not None
+        )
 
 
 class _StreamWatch(grpc.aio.StreamStreamClientInterceptor):  # type: ignore[misc]

@@ -51,6 +51,8 @@ async def test_replicas_fail_and_pause_while_members_keep_their_partitions(
         await chaos.close()
     report = chaos.report(converged_s)
     print("\n" + report)
+    if os.environ.get("REGROUP_CHAOS_TIMELINE"):
+        print("\n".join(chaos.timeline))
     if results := os.environ.get("REGROUP_CHAOS_RESULTS"):
         _append(Path(results), json.dumps(chaos.figures(converged_s)))
     assert not chaos.violations.found, report + "\n" + "\n".join(chaos.timeline)

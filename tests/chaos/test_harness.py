@@ -29,36 +29,49 @@ def test_a_fenced_member_is_a_violation_but_a_rejoin_refused_is_not() -> None:
         Request(group_id="g", member_id="m", member_epoch=4),
         Response(error_code=common_pb2.FENCED_MEMBER_EPOCH),
     )
-    assert len(watch.violations.found) == 1 and "g/m fenced at epoch 4" in watch.violations.found[0]
+    assert (
+        len(watch.violations.found) == 1
+        and "g/m fenced at epoch 4 (0 calls at it moved unseen)" in watch.violations.found[0]
+    )
     assert logged == [f"VIOLATION {watch.violations.found[0]}"]
     assert watch.answers == {"UNKNOWN_MEMBER_ID": 1, "FENCED_MEMBER_EPOCH": 1}
 
 
-def _fenced(known: int) -> Response:
+def _fenced(sent: int, known: int) -> Response:
+    relation = "smaller" if sent < known else "greater"
     return Response(
         error_code=common_pb2.FENCED_MEMBER_EPOCH,
-        error_message=f"The consumer group member has a smaller member epoch (3) than the one known by "
-        f"the group coordinator ({known}). The member must abandon all its partitions and rejoin.",
+        error_message=f"The consumer group member has a {relation} member epoch ({sent}) than the one "
+        f"known by the group coordinator ({known}). The member must abandon all its partitions and rejoin.",
     )
 
 
-def test_a_fencing_after_two_lost_answers_is_the_protocols_and_counted_not_a_violation() -> None:
+def test_a_fencing_after_two_unseen_moves_is_the_protocols_and_counted_not_a_violation() -> None:
     watch, _, _ = _watch()
     at_3 = Request(group_id="g", member_id="m", member_epoch=3)
-    watch.check(at_3, Response(member_epoch=3))  # the last answer the member received
-    # One lost answer: the protocol forgives it, so a fencing is a violation.
-    watch.unanswered["g/m"] += 1
-    watch.check(at_3, _fenced(5))
+    watch.check(at_3, Response(member_epoch=3))  # answered and seen: nothing moved unseen
+    watch.check(at_3, _fenced(3, 4))
     assert len(watch.violations.found) == 1
-    # Two lost answers, but the coordinator moved it one epoch only: a violation too.
-    watch.unanswered["g/m"] += 2
-    watch.check(at_3, _fenced(4))
+    # One call without an answer: the protocol forgives it (the previous epoch is accepted).
+    watch.unseen(at_3)
+    watch.check(at_3, _fenced(3, 4))
     assert len(watch.violations.found) == 2
-    # Two lost answers and two epochs the member never saw: KIP-848 fences it.
-    watch.unanswered["g/m"] += 2
-    watch.check(at_3, _fenced(5))
+    # A second: an answer that moved it to epoch 4, which the member never applied (a member
+    # stream's answer that came after it stopped waiting), since it sends epoch 3 again. The
+    # coordinator is one epoch ahead only, but the accepted retry moved its previous epoch on.
+    watch.check(at_3, Response(member_epoch=4))
+    watch.check(at_3, _fenced(3, 4))
     assert len(watch.violations.found) == 2 and watch.fenced_after_lost == {"g/m": 1}
-    assert watch.unanswered["g/m"] == 0  # an answer starts the count again
+    # An epoch greater than the coordinator's is never the protocol's, lost answers or not.
+    at_5 = Request(group_id="g", member_id="m", member_epoch=5)
+    watch.unseen(at_5)
+    watch.unseen(at_5)
+    watch.check(at_5, _fenced(5, 4))
+    assert len(watch.violations.found) == 3
+    # Unseen calls at another epoch do not count for this one.
+    at_6 = Request(group_id="g", member_id="m", member_epoch=6)
+    watch.check(at_6, _fenced(6, 7))
+    assert len(watch.violations.found) == 4 and watch.fenced_after_lost == {"g/m": 1}
 
 
 def test_an_acknowledged_epoch_that_goes_back_is_a_violation() -> None:
@@ -83,3 +96,21 @@ def test_a_partition_given_to_a_second_owner_is_reported_at_the_next_answer() ->
     registry.listener("b").on_partitions_assigned(frozenset({tp}))
     watch.check(Request(group_id="g", member_id="a", member_epoch=1), Response(member_epoch=1))
     assert watch.violations.found == ["two owners: t-0 given to b while a holds it"]
+
+
+def test_a_stream_call_the_member_gave_up_counts_once_and_its_late_answer_not_again() -> None:
+    watch, _, _ = _watch()
+    at_3 = Request(group_id="g", member_id="m", member_epoch=3)
+    watch.sending(at_3, "stream 1", (1, 7))
+    watch.sending(at_3, "stream 1", (1, 8))  # the member stopped waiting for call 7: one unseen
+    watch.check(at_3, Response(member_epoch=4), (1, 7))  # 7's late answer: already counted
+    assert watch.unseen_at["g/m", 3] == 1
+    watch.check(at_3, _fenced(3, 4), (1, 8))
+    assert len(watch.violations.found) == 1
+    assert "gave up waiting for the previous call" in watch.violations.found[0]
+    assert "late answer NONE at epoch 4" in watch.violations.found[0]
+    # Gave up on call 9 too: two calls at epoch 3 may have moved it on unseen.
+    watch.sending(at_3, "stream 1", (1, 9))
+    watch.sending(at_3, "unary", None)
+    watch.check(at_3, _fenced(3, 4))
+    assert len(watch.violations.found) == 1 and watch.fenced_after_lost == {"g/m": 1}

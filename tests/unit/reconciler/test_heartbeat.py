@@ -697,6 +697,29 @@ def test_previous_epoch_owning_exactly_the_assignment_is_accepted(h: EngineHarne
     assert (r.member_epoch, r.assignment) == (2, None)
 
 
+def test_a_second_lost_answer_fences_though_the_coordinator_is_one_epoch_ahead(h: EngineHarness) -> None:
+    # KIP-848 forgives one lost answer, not two. a is at epoch 2 (previous 1) and lost that
+    # answer; b joins, so a must give up foo-2 and bar-1. a's retry at epoch 1 is accepted and
+    # written (revoking, still epoch 2), which moves its previous epoch on to 2, as Kafka's
+    # updateMemberEpoch does. Its answer is lost too: the next retry at epoch 1 is fenced.
+    stable_pair(h)
+    h.heartbeat(join_range("b"))
+    owned_at_1 = parts({0, 1, 2}, {0, 1})
+
+    r = h.heartbeat(beat(GROUP, "a", 1, owned_at_1))
+
+    assert r.member_epoch == 2
+    assert_member(h, "a", UNREVOKED, 2, 2, parts({0, 1}, {0}), pending=parts({2}, {1}))
+    assert_rejected(
+        h,
+        beat(GROUP, "a", 1, parts({0, 1}, {0})),
+        FencedMemberEpoch,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        "The consumer group member has a smaller member epoch (1) than the one known by the group "
+        "coordinator (2). The member must abandon all its partitions and rejoin.",
+    )
+
+
 @pytest.mark.parametrize(
     ("member_id", "epoch", "owned_now"),
     [
