@@ -71,7 +71,7 @@ from .target_assignment import (
     preferred_assignor,
     target_after,
 )
-from .topics import Topic, TopicsImage, resolve_topic_id
+from .topics import LEADERSHIP_TOPIC_ID, Topic, TopicsImage, resolve_topic_id
 from .validation import validate_consumer_group_heartbeat
 
 
@@ -294,9 +294,11 @@ def _reconcile(hb: _Heartbeat) -> Member:
         subscribed: frozenset[str] | None = None
         target = hb.target
         if hb.subscription_changed:
+            # Leadership (a leader group's target) is in no subscription but is never
+            # "unsubscribed": a subscription change must not take it from the leader.
             subscribed = member_topic_ids(
                 ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex
-            )
+            ) | {LEADERSHIP_TOPIC_ID}
             target = only_topics(target, subscribed)
         reconciled = reconcile(
             member, hb.assignment_epoch, target, hb.group.partition_epoch, hb.owned, subscribed

@@ -15,6 +15,7 @@ from operator import attrgetter, is_, is_not
 from typing import cast
 
 from .assignors import GroupAssignment, GroupSpec, MemberSpec, SubscriptionType
+from .assignors.leader import LeaderAssignor, with_leadership
 from .context import Context, GroupConfig, Result, ScheduleAssignment, TimerOp
 from .errors import UnknownServerError
 from .model import EMPTY_ASSIGNMENT, Assignment, Group, Member
@@ -120,7 +121,12 @@ def assign_target(
     process (inputs and records are plain data).
     """
     try:
-        targets = config.assignors[assignor_name].assign(spec)
+        assignor = config.assignors[assignor_name]
+        if isinstance(assignor, LeaderAssignor):
+            # A leader group's one resource, leadership, is in no topic registry: it is
+            # added here, where every path to a server-side target passes (docs/leader-election.md).
+            spec = with_leadership(spec)
+        targets = assignor.assign(spec)
     except Exception as e:
         raise UnknownServerError(
             f"Failed to compute a new target assignment for epoch {group_epoch} with assignor "

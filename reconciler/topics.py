@@ -22,6 +22,17 @@ _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_PARTITIONS_PER_TOPIC = 1_000_000
 MAX_RACK_LENGTH = 255
 
+#: Leadership of a leader group (the `leader` assignor, docs/leader-election.md) is
+#: partition 0 of this synthetic topic, so that the engine's partition machinery
+#: (epochs, revoke-before-assign, rebalance and session timeouts) keeps it single-owner.
+#: It can never collide with a registry topic: registry ids are UUIDs (the topics
+#: table's key is a `uuid` column; the shell draws them with uuid4) and this id is not
+#: one, and registry names may only use ASCII alphanumerics, '.', '_' and '-', which
+#: '<' and '>' are not. It is never in a `TopicsImage`, so no subscription (by name or
+#: regex) ever matches it; only the leader assignor's input carries it.
+LEADERSHIP_TOPIC_ID = "regroup:leadership"
+LEADERSHIP_TOPIC_NAME = "<leadership>"
+
 
 class TopicRegex(Protocol):
     """A compiled subscription regex (an RE2 program, see `subscription.compile_regex`)."""
@@ -39,6 +50,10 @@ class Topic:
     num_partitions: int
     #: The rack of each partition, or empty when racks are not known.
     partition_racks: tuple[str, ...] = ()
+
+
+#: The leadership "topic" as the leader assignor's input carries it.
+LEADERSHIP_TOPIC = Topic(LEADERSHIP_TOPIC_ID, LEADERSHIP_TOPIC_NAME, 1)
 
 
 class TopicsImage:
@@ -62,7 +77,11 @@ class TopicsImage:
 
     def name_of(self, topic_id: str) -> str:
         topic = self._by_id.get(topic_id)
-        return "" if topic is None else topic.name
+        if topic is None:
+            # Leadership is in no image, but is shown (heartbeats, DescribeGroups,
+            # history, web view) under its reserved name rather than none.
+            return LEADERSHIP_TOPIC_NAME if topic_id == LEADERSHIP_TOPIC_ID else ""
+        return topic.name
 
     def ids_matching(self, pattern: TopicRegex) -> frozenset[str]:
         """Ids of the topics whose whole name matches `pattern` (memoised per image)."""

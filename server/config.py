@@ -35,7 +35,7 @@ class Settings:
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     max_group_size: int | None = None
-    assignors: tuple[str, ...] = ("uniform", "range")
+    assignors: tuple[str, ...] = ("uniform", "range", "leader")
     #: At most one target computation per group per interval (Kafka 4.3's default).
     assignment_interval_ms: int = 1_000
     #: Larger groups get their target computed by the assignment timer, in a worker process.

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .base import Assignor, GroupAssignment, GroupSpec, MemberSpec, PartitionAssignorError, SubscriptionType
+from .leader import LeaderAssignor
 from .range import RangeAssignor
 from .uniform import UniformAssignor
 
 BUILTIN_ASSIGNORS: Mapping[str, Assignor] = {
     UniformAssignor.name: UniformAssignor(),
     RangeAssignor.name: RangeAssignor(),
+    # After the partition assignors: the first is the default (GroupConfig.default_assignor).
+    LeaderAssignor.name: LeaderAssignor(),
 }
 
 __all__ = [
@@ -18,6 +21,7 @@ __all__ = [
     "Assignor",
     "GroupAssignment",
     "GroupSpec",
+    "LeaderAssignor",
     "MemberSpec",
     "PartitionAssignorError",
     "RangeAssignor",

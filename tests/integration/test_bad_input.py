@@ -212,7 +212,7 @@ HEARTBEAT_CASES = [
         "unknown assignor",
         join(server_assignor="bar"),
         common_pb2.UNSUPPORTED_ASSIGNOR,
-        "ServerAssignor bar is not supported. Supported assignors: uniform, range.",
+        "ServerAssignor bar is not supported. Supported assignors: uniform, range, leader.",
     ),
     (
         "unknown group",

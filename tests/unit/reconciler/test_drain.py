@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from regroup.reconciler import ApiError, ErrorCode, GroupConfig, GroupState, Topic
-from regroup.reconciler.assignors import BUILTIN_ASSIGNORS
+from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, LeaderAssignor
 from regroup.reconciler.client_assignment import install_assignment, prepare_assignment
 from regroup.reconciler.context import ScheduleAssignment
 from regroup.reconciler.drain import DRAINED, DRAINING, IN_SERVICE, DrainOutcome, drain_member, drain_state
@@ -29,6 +29,9 @@ from regroup.reconciler.topics import TopicsImage
 from tests.support.engine import EngineHarness, beat, join
 
 GROUP = "g"
+#: The assignors that share partitions (the leader assignor hands out leadership only:
+#: tests/unit/reconciler/test_leader.py).
+PARTITION_ASSIGNORS = sorted(n for n in BUILTIN_ASSIGNORS if n != LeaderAssignor.name)
 
 
 @dataclass
@@ -139,7 +142,7 @@ def _fields(metadata: MemberMetadata) -> dict[str, object]:
     return {name: getattr(metadata, name) for name in MemberMetadata.__slots__}
 
 
-@pytest.mark.parametrize("assignor", sorted(BUILTIN_ASSIGNORS))
+@pytest.mark.parametrize("assignor", PARTITION_ASSIGNORS)
 def test_a_drained_member_gives_everything_up_through_revocation_and_the_rest_stay_balanced(
     assignor: str,
 ) -> None:
@@ -243,7 +246,7 @@ def test_heartbeats_keep_the_flag_and_a_static_replacement_inherits_it() -> None
     assert drain_state(h.groups[GROUP].members["s2"]) == DRAINED
 
 
-@pytest.mark.parametrize("assignor", sorted(BUILTIN_ASSIGNORS))
+@pytest.mark.parametrize("assignor", PARTITION_ASSIGNORS)
 def test_no_assignor_sees_a_draining_member(assignor: str) -> None:
     image = TopicsImage([Topic("T", "t", 7)])
     subscribed = MemberMetadata(subscribed_topic_names=("t",))

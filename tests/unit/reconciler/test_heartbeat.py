@@ -611,7 +611,7 @@ def test_unsupported_server_assignor_lists_every_configured_one(h: EngineHarness
         beat(GROUP, "a", 2, server_assignor="sticky"),
         UnsupportedAssignor,
         ErrorCode.UNSUPPORTED_ASSIGNOR,
-        "ServerAssignor sticky is not supported. Supported assignors: uniform, range.",
+        "ServerAssignor sticky is not supported. Supported assignors: uniform, range, leader.",
     )
 
 

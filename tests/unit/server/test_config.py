@@ -19,7 +19,7 @@ def test_defaults_run_embedded_on_localhost() -> None:
     assert settings.max_group_size is None
     config = settings.group_config()
     assert config.assignment_interval_ms == 1_000
-    assert list(config.assignors) == ["uniform", "range"]
+    assert list(config.assignors) == ["uniform", "range", "leader"]
     assert config.default_assignor == "uniform"
 
 
