@@ -8,6 +8,7 @@ See clients/python/README.md for examples.
 from regroup.client.admin import GroupAdmin, SyncGroupAdmin
 from regroup.client.connect import ConnectWorker, WorkerListener
 from regroup.client.errors import CommitFailed, RegroupError
+from regroup.client.leader import LeaderElection, SyncLeaderElection
 from regroup.client.member import GroupMember, MemberOptions
 from regroup.client.sync import SyncConnectWorker, SyncGroupMember
 from regroup.client.tls import TlsConfig
@@ -28,6 +29,7 @@ __all__ = [
     "ConnectorTaskId",
     "GroupAdmin",
     "GroupMember",
+    "LeaderElection",
     "MemberOptions",
     "PartitionToken",
     "RebalanceListener",
@@ -35,6 +37,7 @@ __all__ = [
     "SyncConnectWorker",
     "SyncGroupAdmin",
     "SyncGroupMember",
+    "SyncLeaderElection",
     "TlsConfig",
     "TopicPartition",
     "WorkerListener",
