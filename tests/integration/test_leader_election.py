@@ -4,15 +4,17 @@ Postgres, real LeaderElection clients, and the fencing pattern on a real Postgre
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 
-from regroup.client import LeaderElection, MemberOptions, SyncLeaderElection
+from regroup.client import CommitFailed, LeaderElection, MemberOptions, SyncLeaderElection, TopicPartition
 from regroup.client.leader import LEADERSHIP_TOPIC_ID
-from regroup.v1 import admin_pb2
+from regroup.v1 import admin_pb2, common_pb2
 from tests.integration.conftest import Service, ServiceFactory
 
 pytestmark = pytest.mark.integration
@@ -121,7 +123,12 @@ async def test_a_graceful_leave_hands_over_within_a_few_heartbeat_intervals(
     await b.close()
 
 
-async def test_describe_groups_and_history_show_the_leader(fast: Service) -> None:
+async def test_describe_groups_history_and_the_web_view_show_the_leader(
+    start_service: ServiceFactory,
+) -> None:
+    fast = await start_service(
+        heartbeat_interval_ms=INTERVAL_MS, session_timeout_ms=SESSION_MS, metrics_listen="127.0.0.1:0"
+    )
     events: list[tuple[str, str, int | None]] = []
     async with election(fast, "a", events) as a, election(fast, "b", events):
         async with asyncio.timeout(5):
@@ -139,6 +146,14 @@ async def test_describe_groups_and_history_show_the_leader(fast: Service) -> Non
         assert leaders == {"a": [(LEADERSHIP_TOPIC_ID, "<leadership>", [0])], "b": []}
         history = await fast.stubs.admin.ListGroupEvents(admin_pb2.ListGroupEventsRequest(group_id="jobs"))
         assert history.events
+        url = f"http://127.0.0.1:{fast.server.metrics_port}/api/groups/jobs"
+        body = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read()))
+        assert {m["memberId"] for m in body["group"]["members"]} == {"a", "b"}
+        # Leadership is no topic: committing an offset for it is refused precisely.
+        with pytest.raises(CommitFailed) as refused:
+            await a.member.commit({TopicPartition("<leadership>", 0, LEADERSHIP_TOPIC_ID): 1})
+        (error,) = refused.value.partitions.values()
+        assert error.code == common_pb2.UNKNOWN_TOPIC_OR_PARTITION
 
 
 async def test_the_sync_twin_elects_and_steps_down(fast: Service) -> None:
