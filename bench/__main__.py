@@ -22,6 +22,7 @@ BENCHMARKS = (
     "regex",
     "replicas",
     "streams",
+    "failover",
 )
 
 
