@@ -1,4 +1,4 @@
-"""Benchmark 10: leader failover in a leader group (docs/leader-election.md).
+"""Benchmark 11: leader failover in a leader group (docs/leader-election.md).
 
 Three `LeaderElection` clients in this process share a leader group on a regroup
 server in its own process (embedded Postgres). Once one leads and the others
@@ -108,8 +108,9 @@ async def _run(target: str, trials: int, interval_ms: int, session_ms: int) -> l
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--trials", type=int, help="trials per scenario (5 quick, 20 full)")
     args = parser.parse_args(argv)
-    trials = 5 if args.quick else 20
+    trials = args.trials or (5 if args.quick else 20)
     interval_ms, session_ms = 200, 2000
     postgres = BenchPostgres()
     server = None

@@ -125,3 +125,12 @@ def test_streams_smoke() -> None:
     assert summary["trials"] == 4 and summary["nudges"] > 0
     assert summary["capacity"]["postgres_commits"] == 0  # no-change heartbeats on streams write nothing
     assert summary["capacity"]["postgres_rows_written"] == 0
+
+
+def test_failover_smoke() -> None:
+    from bench import failover
+
+    rows = failover.main(["--quick", "--trials", "1"])
+    # Counts, not timings: each scenario ran and another member was elected.
+    assert [r["scenario"] for r in rows] == ["crash", "leave", "stream"]
+    assert all(r["trials"] == 1 and r["median_s"] > 0 for r in rows)
