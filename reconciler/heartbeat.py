@@ -294,11 +294,13 @@ def _reconcile(hb: _Heartbeat) -> Member:
         subscribed: frozenset[str] | None = None
         target = hb.target
         if hb.subscription_changed:
-            # Leadership (a leader group's target) is in no subscription but is never
-            # "unsubscribed": a subscription change must not take it from the leader.
             subscribed = member_topic_ids(
                 ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex
-            ) | {LEADERSHIP_TOPIC_ID}
+            )
+            if LEADERSHIP_TOPIC_ID in target or LEADERSHIP_TOPIC_ID in member.assigned:
+                # Leadership (a leader group's) is in no subscription but never "unsubscribed":
+                # a subscription change must not take it from the leader.
+                subscribed |= {LEADERSHIP_TOPIC_ID}
             target = only_topics(target, subscribed)
         reconciled = reconcile(
             member, hb.assignment_epoch, target, hb.group.partition_epoch, hb.owned, subscribed

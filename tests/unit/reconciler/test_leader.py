@@ -157,6 +157,18 @@ def test_a_drained_leader_hands_over_only_after_it_revoked() -> None:
     assert b.assignment == LEADERSHIP
 
 
+def test_a_leader_that_changes_its_subscription_keeps_leadership() -> None:
+    h = EngineHarness()
+    h.create_topic("orders", 2)
+    a = h.heartbeat(_join("a"))
+    a = h.heartbeat(
+        dataclasses.replace(beat(GROUP, "a", a.member_epoch, LEADERSHIP), subscribed_topic_names=("orders",))
+    )
+    assert a.assignment in (None, LEADERSHIP)
+    assert holds_leadership(h.groups[GROUP].members["a"].assigned)
+    assert not h.groups[GROUP].members["a"].pending_revocation
+
+
 # -- the state machine ----------------------------------------------------------
 
 
