@@ -54,6 +54,7 @@ from .model import (
     make_assignment,
     only_topics,
 )
+from .placement import co_partitioning_refusal
 from .records import (
     CurrentAssignmentRecord,
     GroupMetadataRecord,
@@ -136,6 +137,9 @@ def _is_plain(req: ConsumerGroupHeartbeat) -> bool:
         and req.server_assignor is None
         and req.client_assignors is None
         and req.url is None
+        and req.capacity is None
+        and req.replicas is None
+        and req.require_co_partitioning is None
     )
 
 
@@ -217,15 +221,41 @@ def _merge_and_bump(hb: _Heartbeat) -> None:
         member is not before and not member.same_subscription(before)
     )
     hb.group_epoch = group.group_epoch
-    if hb.subscription_changed:
+    newly_required = member.metadata.require_co_partitioning and not before.metadata.require_co_partitioning
+    if hb.subscription_changed or newly_required:
         others = [
             m for mid, m in group.members.items() if mid != member.member_id and mid != before.member_id
         ]
         check_assignor_overlap(others, member)
+        if member.metadata.require_co_partitioning:
+            _check_co_partitioning(hb, member, others)
+    if hb.subscription_changed:
         previous = (before,) if before.member_id in group.members else ()
         hb.topics = _topics_after(group, hb.ctx.image, previous, member)
         hb.group_epoch += 1
         hb.records.append(GroupMetadataRecord(hb.group_epoch, metadata_hash(hb.topics), group.group_type))
+
+
+def _check_co_partitioning(hb: _Heartbeat, member: Member, others: list[Member]) -> None:
+    """Refuses a join or subscription change of a member that requires co-partitioning
+    which the group's assignor would not give it (nothing is stored)."""
+    if member.client_assignors:
+        raise InvalidRequest(
+            "RequireCoPartitioning needs a server-side assignor: the coordinator cannot promise "
+            "what a client-side assignor does."
+        )
+    previous = (hb.before,) if hb.before.member_id in hb.group.members else ()
+    assignor = preferred_assignor(
+        adjusted_counts(
+            hb.group.server_assignor_counts(),
+            (m.server_assignor for m in previous if m.server_assignor is not None),
+            () if member.server_assignor is None else (member.server_assignor,),
+        ),
+        hb.ctx.config,
+    )
+    why = co_partitioning_refusal(member, others, hb.ctx.image, assignor)
+    if why:
+        raise InvalidRequest(why)
 
 
 def _update_target(hb: _Heartbeat) -> None:
@@ -463,6 +493,13 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
         url=req.url if req.url is not None else metadata.url,
         # Not a heartbeat field: only DrainMember sets it, and no heartbeat clears it.
         draining=metadata.draining,
+        capacity=req.capacity if req.capacity is not None else metadata.capacity,
+        replicas=req.replicas if req.replicas is not None else metadata.replicas,
+        require_co_partitioning=(
+            req.require_co_partitioning
+            if req.require_co_partitioning is not None
+            else metadata.require_co_partitioning
+        ),
     )
     return member if merged == metadata else replace(member, metadata=merged)
 
@@ -481,6 +518,9 @@ def _sends_nothing_new(member: Member, req: ConsumerGroupHeartbeat) -> bool:
         and (req.server_assignor is None or req.server_assignor == m.server_assignor)
         and (req.client_assignors is None or req.client_assignors == m.client_assignors)
         and (req.url is None or req.url == m.url)
+        and (req.capacity is None or req.capacity == m.capacity)
+        and (req.replicas is None or req.replicas == m.replicas)
+        and (req.require_co_partitioning is None or req.require_co_partitioning == m.require_co_partitioning)
     )
 
 

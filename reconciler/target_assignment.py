@@ -101,7 +101,12 @@ def group_spec(
             ids = resolved[key] = member_topic_ids(image, names, regex)
             topic_ids.update(ids)
         specs[member_id] = MemberSpec(
-            member_id, metadata.instance_id, metadata.rack_id, ids, target_of(member_id, EMPTY_ASSIGNMENT)
+            member_id,
+            metadata.instance_id,
+            metadata.rack_id,
+            ids,
+            target_of(member_id, EMPTY_ASSIGNMENT),
+            metadata.capacity,
         )
     # Each distinct subscription was resolved once: comparing those few sets tells
     # the assignors whether the group is homogeneous without a pass over members.

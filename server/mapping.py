@@ -20,6 +20,7 @@ from regroup.reconciler.drain import drain_state
 from regroup.reconciler.history import GroupEvent
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Member, make_assignment
+from regroup.reconciler.placement import CoPartitioning, co_partitioning, rack_local_partitions
 from regroup.reconciler.topics import resolve_topic_id
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
@@ -49,7 +50,7 @@ def heartbeat_from_pb(
     fields = req.ListFields()  # the fields present, by field number
     if not fields or fields[-1][0].number <= _LAST_REQUIRED_HEARTBEAT_FIELD:
         # A plain heartbeat, as almost all are: one C call tells that none of
-        # the nine optional fields is present, instead of nine HasField calls.
+        # the twelve optional fields is present, instead of twelve HasField calls.
         plain = ConsumerGroupHeartbeat(req.group_id, req.member_id, req.member_epoch)
         plain.client_host = client_host
         return plain
@@ -75,6 +76,11 @@ def heartbeat_from_pb(
         client_id=req.client_id if req.HasField("client_id") else None,
         client_host=client_host,
         client_assignors=client_assignors_from_pb(req),
+        capacity=req.capacity if req.HasField("capacity") else None,
+        replicas=req.replicas if req.HasField("replicas") else None,
+        require_co_partitioning=(
+            req.require_co_partitioning if req.HasField("require_co_partitioning") else None
+        ),
     )
 
 
@@ -323,6 +329,17 @@ def member_pb(group: Group, member: Member, image: TopicsImage) -> admin_pb2.Des
         server_assignor=member.server_assignor or "",
         client_assignors=[client_assignor_pb(a) for a in member.client_assignors],
         drain_state=drain_state(member),
+        capacity=member.metadata.capacity,
+        rack_local_partitions=rack_local_partitions(member, image),
+    )
+
+
+def co_partitioning_pb(report: CoPartitioning, image: TopicsImage) -> admin_pb2.CoPartitioning:
+    return admin_pb2.CoPartitioning(
+        co_partitioned_topics=[
+            common_pb2.StringList(values=sorted(image.name_of(t) for t in ids)) for ids in report.topic_sets
+        ],
+        error=report.error,
     )
 
 
@@ -339,6 +356,10 @@ def group_pb(group: Group, image: TopicsImage, config: GroupConfig) -> admin_pb2
         computing_member_id=group.computation.member_id if group.computation is not None else "",
         assignment_error=group.assignment_error,
     )
+    if group.group_type != CONNECT_GROUP_TYPE and not any(m.client_assignors for m in group.members.values()):
+        out.co_partitioning.CopyFrom(
+            co_partitioning_pb(co_partitioning(group.members.values(), image, assignor), image)
+        )
     if group.group_type == CONNECT_GROUP_TYPE:
         out.connectors.extend(
             admin_pb2.ConnectorConfig(name=t.name, tasks=t.num_partitions - 1)
