@@ -63,6 +63,7 @@ from .records import (
     TargetAssignmentMemberRecord,
     member_removal_records,
 )
+from .replicas import collapse, expand_owned, holds_copies, split
 from .subscription import adjusted_counts, canonical_names, group_topics, member_topic_ids, metadata_hash
 from .target_assignment import (
     assignment_due,
@@ -203,6 +204,9 @@ def _find_member(group: Group | None, req: ConsumerGroupHeartbeat, ctx: Context)
     )
     if lookup.is_new and lookup.replaced is None:
         _throw_if_group_full(group, ctx)
+    if owned is not None and not lookup.is_new:
+        # A member of a redundant group owns plain partitions: as the copies it holds.
+        owned = expand_owned(owned, lookup.member)
     if not lookup.is_new and req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
         _validate_member_epoch(lookup.member, req.member_epoch, owned)
     before = lookup.replaced if lookup.replaced is not None else lookup.member
@@ -227,6 +231,11 @@ def _merge_and_bump(hb: _Heartbeat) -> None:
             m for mid, m in group.members.items() if mid != member.member_id and mid != before.member_id
         ]
         check_assignor_overlap(others, member)
+        if member.metadata.replicas > 1 and member.client_assignors:
+            raise InvalidRequest(
+                "Replicas above 1 need a server-side assignor: client-side assignors compute "
+                "one owner per partition."
+            )
         if member.metadata.require_co_partitioning:
             _check_co_partitioning(hb, member, others)
     if hb.subscription_changed:
@@ -327,6 +336,10 @@ def _reconcile(hb: _Heartbeat) -> Member:
             subscribed = member_topic_ids(
                 ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex
             )
+            copies = [a for a in (target, member.assigned, member.pending_revocation) if holds_copies(a)]
+            if copies:
+                # The copies of a subscribed topic are subscribed too.
+                subscribed |= {t for a in copies for t in a if split(t)[0] in subscribed}
             target = only_topics(target, subscribed)
         reconciled = reconcile(
             member, hb.assignment_epoch, target, hb.group.partition_epoch, hb.owned, subscribed
@@ -355,7 +368,7 @@ def _respond(hb: _Heartbeat, reconciled: Member) -> Result[ConsumerGroupHeartbea
         member_epoch=reconciled.member_epoch,
         heartbeat_interval_ms=_interval(reconciled, hb.ctx),
         session_timeout_ms=hb.ctx.config.session_timeout_ms,
-        assignment=reconciled.assigned if send_assignment else None,
+        assignment=collapse(reconciled.assigned) if send_assignment else None,
         compute_assignment=hb.compute_assignment,
     )
     return Result(response, tuple(hb.records), tuple(hb.timers))

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import attrgetter, is_, is_not
 from typing import cast
 
 from .assignors import GroupAssignment, GroupSpec, MemberSpec, SubscriptionType
+from .assignors.redundant import assign_redundant
 from .context import Context, GroupConfig, Result, ScheduleAssignment, TimerOp
 from .errors import UnknownServerError
 from .model import EMPTY_ASSIGNMENT, Assignment, Group, Member
 from .records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
+from .replicas import group_replicas, subscribed_with_copies, with_copies
 from .subscription import group_topics, member_topic_ids
 from .topics import Topic, TopicsImage
 
@@ -113,7 +115,16 @@ def group_spec(
     distinct = set(resolved.values())
     kind = SubscriptionType.HOMOGENEOUS if len(distinct) <= 1 else SubscriptionType.HETEROGENEOUS
     topics = {t: image.by_id[t] for t in sorted(topic_ids)}
-    return GroupSpec(members=specs, topics=topics, subscription_type=kind, withheld=withheld)
+    replicas = group_replicas(members[m] for m in specs)
+    if replicas > 1:
+        topics = with_copies(topics, replicas)
+        specs = {
+            m: replace(s, subscribed_topic_ids=subscribed_with_copies(s.subscribed_topic_ids, replicas))
+            for m, s in specs.items()
+        }
+    return GroupSpec(
+        members=specs, topics=topics, subscription_type=kind, withheld=withheld, replicas=replicas
+    )
 
 
 def assign_target(
@@ -125,7 +136,10 @@ def assign_target(
     process (inputs and records are plain data).
     """
     try:
-        targets = config.assignors[assignor_name].assign(spec)
+        if spec.replicas > 1:
+            targets = assign_redundant(spec, spec.replicas)
+        else:
+            targets = config.assignors[assignor_name].assign(spec)
     except Exception as e:
         raise UnknownServerError(
             f"Failed to compute a new target assignment for epoch {group_epoch} with assignor "

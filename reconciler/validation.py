@@ -10,6 +10,7 @@ from .context import GroupConfig
 from .errors import InvalidRequest, UnsupportedAssignor
 from .messages import ConsumerGroupHeartbeat
 from .model import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ClientAssignor
+from .replicas import MAX_REPLICAS
 from .subscription import MAX_REGEX_LENGTH, compile_regex
 from .topics import MAX_TOPIC_NAME_LENGTH
 
@@ -81,8 +82,6 @@ def validate_consumer_group_heartbeat(req: ConsumerGroupHeartbeat, config: Group
 
 #: A member's weight, relative to the others'.
 MAX_CAPACITY = 1000
-#: Copies of a partition a redundant group may ask for.
-MAX_REPLICAS = 16
 
 
 def _validate_weights(req: ConsumerGroupHeartbeat) -> None:

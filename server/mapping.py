@@ -21,6 +21,7 @@ from regroup.reconciler.history import GroupEvent
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Member, make_assignment
 from regroup.reconciler.placement import CoPartitioning, co_partitioning, rack_local_partitions
+from regroup.reconciler.replicas import collapse, group_replicas
 from regroup.reconciler.topics import resolve_topic_id
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
@@ -321,9 +322,11 @@ def member_pb(group: Group, member: Member, image: TopicsImage) -> admin_pb2.Des
         client_host=member.client_host,
         subscribed_topic_names=list(member.subscribed_topic_names),
         subscribed_topic_regex=member.subscribed_topic_regex or "",
-        assignment=assignment_pb(member.assigned, image),
-        target_assignment=assignment_pb(group.target_of(member.member_id), image),
-        pending_revocation=assignment_pb(member.pending_revocation, image),
+        # A member of a redundant group holds one copy of a partition at most: it is
+        # shown as the partition, as the member sees it.
+        assignment=assignment_pb(collapse(member.assigned), image),
+        target_assignment=assignment_pb(collapse(group.target_of(member.member_id)), image),
+        pending_revocation=assignment_pb(collapse(member.pending_revocation), image),
         member_state=member.state.name,
         rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor or "",
@@ -356,6 +359,10 @@ def group_pb(group: Group, image: TopicsImage, config: GroupConfig) -> admin_pb2
         computing_member_id=group.computation.member_id if group.computation is not None else "",
         assignment_error=group.assignment_error,
     )
+    if group.group_type != CONNECT_GROUP_TYPE:
+        out.replicas = group_replicas(group.members.values())
+        assigned = sum(1 for m in group.members.values() if not m.metadata.draining)
+        out.effective_replicas = min(out.replicas, assigned) if assigned else 0
     if group.group_type != CONNECT_GROUP_TYPE and not any(m.client_assignors for m in group.members.values()):
         out.co_partitioning.CopyFrom(
             co_partitioning_pb(co_partitioning(group.members.values(), image, assignor), image)
