@@ -253,8 +253,16 @@ def _check_co_partitioning(hb: _Heartbeat, member: Member, others: list[Member])
             "RequireCoPartitioning needs a server-side assignor: the coordinator cannot promise "
             "what a client-side assignor does."
         )
+    why = co_partitioning_refusal(member, others, hb.ctx.image, _assignor_after(hb, member))
+    if why:
+        raise InvalidRequest(why)
+
+
+def _assignor_after(hb: _Heartbeat, member: Member) -> str:
+    """The server-side assignor the group uses once this heartbeat's member replaces its
+    previous self (the most common among members)."""
     previous = (hb.before,) if hb.before.member_id in hb.group.members else ()
-    assignor = preferred_assignor(
+    return preferred_assignor(
         adjusted_counts(
             hb.group.server_assignor_counts(),
             (m.server_assignor for m in previous if m.server_assignor is not None),
@@ -262,16 +270,13 @@ def _check_co_partitioning(hb: _Heartbeat, member: Member, others: list[Member])
         ),
         hb.ctx.config,
     )
-    why = co_partitioning_refusal(member, others, hb.ctx.image, assignor)
-    if why:
-        raise InvalidRequest(why)
 
 
 def _update_target(hb: _Heartbeat) -> None:
     """Step 3: recomputes the target assignment if the group moved ahead of it (at most
     once per assignment interval; otherwise a timer computes it later), or has a member
     chosen to compute it client-side."""
-    group, lookup, member, before, ctx = hb.group, hb.lookup, hb.member, hb.before, hb.ctx
+    group, lookup, member, ctx = hb.group, hb.lookup, hb.member, hb.ctx
     target_id = member.member_id if lookup.replaced is None else lookup.replaced.member_id
     hb.target = group.target_of(target_id)
     if lookup.replaced is not None and hb.target:
@@ -291,15 +296,7 @@ def _update_target(hb: _Heartbeat) -> None:
         hb.records.extend(computation_records)
         hb.compute_assignment = computation is not None and computation.member_id == member.member_id
     elif assignment_due(group, ctx) and _cheap_enough(group, hb.topics, ctx):
-        previous = (before,) if before.member_id in group.members else ()
-        assignor = preferred_assignor(
-            adjusted_counts(
-                group.server_assignor_counts(),
-                (m.server_assignor for m in previous if m.server_assignor is not None),
-                () if member.server_assignor is None else (member.server_assignor,),
-            ),
-            ctx.config,
-        )
+        assignor = _assignor_after(hb, member)
         members = dict(group.members)
         targets = group.target
         if lookup.replaced is not None:
