@@ -54,6 +54,7 @@ from .model import (
     make_assignment,
     only_topics,
 )
+from .placement import co_partitioning_refusal
 from .records import (
     CurrentAssignmentRecord,
     GroupMetadataRecord,
@@ -62,6 +63,7 @@ from .records import (
     TargetAssignmentMemberRecord,
     member_removal_records,
 )
+from .replicas import collapse, expand_owned, holds_copies, split
 from .subscription import adjusted_counts, canonical_names, group_topics, member_topic_ids, metadata_hash
 from .target_assignment import (
     assignment_due,
@@ -136,6 +138,9 @@ def _is_plain(req: ConsumerGroupHeartbeat) -> bool:
         and req.server_assignor is None
         and req.client_assignors is None
         and req.url is None
+        and req.capacity is None
+        and req.replicas is None
+        and req.require_co_partitioning is None
     )
 
 
@@ -199,6 +204,9 @@ def _find_member(group: Group | None, req: ConsumerGroupHeartbeat, ctx: Context)
     )
     if lookup.is_new and lookup.replaced is None:
         _throw_if_group_full(group, ctx)
+    if owned is not None and not lookup.is_new:
+        # A member of a redundant group owns plain partitions: as the copies it holds.
+        owned = expand_owned(owned, lookup.member)
     if not lookup.is_new and req.member_epoch != JOIN_GROUP_MEMBER_EPOCH:
         _validate_member_epoch(lookup.member, req.member_epoch, owned)
     before = lookup.replaced if lookup.replaced is not None else lookup.member
@@ -217,22 +225,58 @@ def _merge_and_bump(hb: _Heartbeat) -> None:
         member is not before and not member.same_subscription(before)
     )
     hb.group_epoch = group.group_epoch
-    if hb.subscription_changed:
+    newly_required = member.metadata.require_co_partitioning and not before.metadata.require_co_partitioning
+    if hb.subscription_changed or newly_required:
         others = [
             m for mid, m in group.members.items() if mid != member.member_id and mid != before.member_id
         ]
         check_assignor_overlap(others, member)
+        if member.metadata.replicas > 1 and member.client_assignors:
+            raise InvalidRequest(
+                "Replicas above 1 need a server-side assignor: client-side assignors compute "
+                "one owner per partition."
+            )
+        if member.metadata.require_co_partitioning:
+            _check_co_partitioning(hb, member, others)
+    if hb.subscription_changed:
         previous = (before,) if before.member_id in group.members else ()
         hb.topics = _topics_after(group, hb.ctx.image, previous, member)
         hb.group_epoch += 1
         hb.records.append(GroupMetadataRecord(hb.group_epoch, metadata_hash(hb.topics), group.group_type))
 
 
+def _check_co_partitioning(hb: _Heartbeat, member: Member, others: list[Member]) -> None:
+    """Refuses a join or subscription change of a member that requires co-partitioning
+    which the group's assignor would not give it (nothing is stored)."""
+    if member.client_assignors:
+        raise InvalidRequest(
+            "RequireCoPartitioning needs a server-side assignor: the coordinator cannot promise "
+            "what a client-side assignor does."
+        )
+    why = co_partitioning_refusal(member, others, hb.ctx.image, _assignor_after(hb, member))
+    if why:
+        raise InvalidRequest(why)
+
+
+def _assignor_after(hb: _Heartbeat, member: Member) -> str:
+    """The server-side assignor the group uses once this heartbeat's member replaces its
+    previous self (the most common among members)."""
+    previous = (hb.before,) if hb.before.member_id in hb.group.members else ()
+    return preferred_assignor(
+        adjusted_counts(
+            hb.group.server_assignor_counts(),
+            (m.server_assignor for m in previous if m.server_assignor is not None),
+            () if member.server_assignor is None else (member.server_assignor,),
+        ),
+        hb.ctx.config,
+    )
+
+
 def _update_target(hb: _Heartbeat) -> None:
     """Step 3: recomputes the target assignment if the group moved ahead of it (at most
     once per assignment interval; otherwise a timer computes it later), or has a member
     chosen to compute it client-side."""
-    group, lookup, member, before, ctx = hb.group, hb.lookup, hb.member, hb.before, hb.ctx
+    group, lookup, member, ctx = hb.group, hb.lookup, hb.member, hb.ctx
     target_id = member.member_id if lookup.replaced is None else lookup.replaced.member_id
     hb.target = group.target_of(target_id)
     if lookup.replaced is not None and hb.target:
@@ -252,15 +296,7 @@ def _update_target(hb: _Heartbeat) -> None:
         hb.records.extend(computation_records)
         hb.compute_assignment = computation is not None and computation.member_id == member.member_id
     elif assignment_due(group, ctx) and _cheap_enough(group, hb.topics, ctx):
-        previous = (before,) if before.member_id in group.members else ()
-        assignor = preferred_assignor(
-            adjusted_counts(
-                group.server_assignor_counts(),
-                (m.server_assignor for m in previous if m.server_assignor is not None),
-                () if member.server_assignor is None else (member.server_assignor,),
-            ),
-            ctx.config,
-        )
+        assignor = _assignor_after(hb, member)
         members = dict(group.members)
         targets = group.target
         if lookup.replaced is not None:
@@ -297,6 +333,10 @@ def _reconcile(hb: _Heartbeat) -> Member:
             subscribed = member_topic_ids(
                 ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex
             )
+            copies = [a for a in (target, member.assigned, member.pending_revocation) if holds_copies(a)]
+            if copies:
+                # The copies of a subscribed topic are subscribed too.
+                subscribed |= {t for a in copies for t in a if split(t)[0] in subscribed}
             if LEADERSHIP_TOPIC_ID in target or LEADERSHIP_TOPIC_ID in member.assigned:
                 # Leadership (a leader group's) is in no subscription but never "unsubscribed":
                 # a subscription change must not take it from the leader.
@@ -329,7 +369,7 @@ def _respond(hb: _Heartbeat, reconciled: Member) -> Result[ConsumerGroupHeartbea
         member_epoch=reconciled.member_epoch,
         heartbeat_interval_ms=_interval(reconciled, hb.ctx),
         session_timeout_ms=hb.ctx.config.session_timeout_ms,
-        assignment=reconciled.assigned if send_assignment else None,
+        assignment=collapse(reconciled.assigned) if send_assignment else None,
         compute_assignment=hb.compute_assignment,
     )
     return Result(response, tuple(hb.records), tuple(hb.timers))
@@ -467,6 +507,13 @@ def _merge(member: Member, req: ConsumerGroupHeartbeat) -> Member:
         url=req.url if req.url is not None else metadata.url,
         # Not a heartbeat field: only DrainMember sets it, and no heartbeat clears it.
         draining=metadata.draining,
+        capacity=req.capacity if req.capacity is not None else metadata.capacity,
+        replicas=req.replicas if req.replicas is not None else metadata.replicas,
+        require_co_partitioning=(
+            req.require_co_partitioning
+            if req.require_co_partitioning is not None
+            else metadata.require_co_partitioning
+        ),
     )
     return member if merged == metadata else replace(member, metadata=merged)
 
@@ -485,6 +532,9 @@ def _sends_nothing_new(member: Member, req: ConsumerGroupHeartbeat) -> bool:
         and (req.server_assignor is None or req.server_assignor == m.server_assignor)
         and (req.client_assignors is None or req.client_assignors == m.client_assignors)
         and (req.url is None or req.url == m.url)
+        and (req.capacity is None or req.capacity == m.capacity)
+        and (req.replicas is None or req.replicas == m.replicas)
+        and (req.require_co_partitioning is None or req.require_co_partitioning == m.require_co_partitioning)
     )
 
 

@@ -45,6 +45,12 @@ class ConsumerGroupHeartbeat:
     url: str | None = None
     #: The type of group the request is for (Connect heartbeats arrive as "connect").
     group_type: str = CONSUMER_GROUP_TYPE
+    #: The member's weight for the uniform assignor (1..MAX_CAPACITY).
+    capacity: int | None = None
+    #: Copies of each partition the member asks the group for (1..MAX_REPLICAS).
+    replicas: int | None = None
+    #: The member needs its topics co-partitioned (range assignor).
+    require_co_partitioning: bool | None = None
 
 
 @dataclass(slots=True)

@@ -172,6 +172,13 @@ class MemberMetadata:
     #: with the metadata (not a heartbeat field) so that it survives heartbeats, a
     #: static member's replacement under the same instance id, and a reload.
     draining: bool = False
+    #: The member's weight for the uniform assignor (ConsumerGroupHeartbeatRequest.capacity).
+    capacity: int = 1
+    #: The copies of each partition it asks the group for (the group takes the largest).
+    replicas: int = 1
+    #: It needs its topics co-partitioned: checked when it joins or changes its
+    #: subscription, reported by DescribeGroups afterwards.
+    require_co_partitioning: bool = False
 
 
 NO_METADATA = MemberMetadata()
@@ -249,12 +256,17 @@ class Member:
 
     def same_subscription(self, other: Member) -> bool:
         """Whether the inputs of the assignment are unchanged (a change bumps the
-        group epoch): the subscription, and the client-side assignors with their
-        versions, reasons and metadata."""
+        group epoch): the subscription, the client-side assignors with their
+        versions, reasons and metadata, and the rack, capacity and replicas."""
+        m, o = self.metadata, other.metadata
         return (
-            self.subscribed_topic_names == other.subscribed_topic_names
-            and self.subscribed_topic_regex == other.subscribed_topic_regex
-            and self.client_assignors == other.client_assignors
+            m.subscribed_topic_names == o.subscribed_topic_names
+            and m.subscribed_topic_regex == o.subscribed_topic_regex
+            and m.client_assignors == o.client_assignors
+            # What the server-side assignors weigh besides the subscription.
+            and m.rack_id == o.rack_id
+            and m.capacity == o.capacity
+            and m.replicas == o.replicas
         )
 
     def same_current_assignment(self, other: Member) -> bool:

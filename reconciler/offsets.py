@@ -27,6 +27,7 @@ from .errors import (
 from .membership import current_member
 from .model import CONSUMER_GROUP_TYPE, CommittedOffset, Group, Member
 from .records import GroupMetadataRecord, OffsetCommitRecord, OffsetTombstone, Record
+from .replicas import copy_held, holds_copies, split
 from .topics import Topic
 from .validation import validate_group_id, validate_id
 
@@ -107,8 +108,10 @@ def commit_offsets(
         if refused is not None:
             outcomes.append(PartitionOutcome(o.topic_id, o.partition, *refused))
             continue
+        # In a redundant group each copy has its own progress, under its copy topic.
+        key = o.topic_id if member is None else copy_held(member, o.topic_id, o.partition)
         records.append(
-            OffsetCommitRecord(o.topic_id, o.partition, o.offset, o.metadata, committed_epoch, ctx.now_ms)
+            OffsetCommitRecord(key, o.partition, o.offset, o.metadata, committed_epoch, ctx.now_ms)
         )
         outcomes.append(PartitionOutcome(o.topic_id, o.partition))
     if len(records) == 1 and isinstance(records[0], GroupMetadataRecord):
@@ -131,7 +134,7 @@ def _check(o: OffsetToCommit, member: Member | None, ctx: Context) -> tuple[Erro
             ErrorCode.OFFSET_METADATA_TOO_LARGE,
             f"Offset metadata is longer than {MAX_METADATA_BYTES} bytes.",
         )
-    if member is not None and not _owns(member, o.topic_id, o.partition):
+    if member is not None and not _owns(member, copy_held(member, o.topic_id, o.partition), o.partition):
         return ErrorCode.PARTITION_NOT_OWNED, (
             f"Member {member.member_id} does not own {topic.name}-{o.partition} at epoch "
             f"{member.member_epoch}; only its current owner may commit it."
@@ -148,14 +151,27 @@ def fetch_offsets(
 ) -> list[FetchedOffset]:
     """Offsets of (topic id, partitions) pairs (all of a topic's when empty), or every one."""
     validate_group_id(group_id)
+    member = None
     if not _is_admin(member_id, member_epoch):
-        current_member(group, group_id, member_id, member_epoch)
+        member = current_member(group, group_id, member_id, member_epoch)
     offsets = {} if group is None else group.offsets
+    copies = member is not None and (holds_copies(member.assigned) or holds_copies(member.pending_revocation))
+    if wanted is None and copies:
+        # Every topic, each partition as the copy this member holds (copy 0 otherwise).
+        wanted = [(t, []) for t in sorted({split(t)[0] for t, _ in offsets})]
     if wanted is None:
         return [FetchedOffset(t, p, c) for (t, p), c in sorted(offsets.items())]
     out: list[FetchedOffset] = []
     for topic_id, partitions in wanted:
-        if partitions:
+        if member is not None and copies:
+            # A member of a redundant group reads the progress of the copy it holds.
+            if not partitions:
+                partitions = sorted({p for t, p in offsets if split(t)[0] == topic_id})
+            out.extend(
+                FetchedOffset(topic_id, p, offsets.get((copy_held(member, topic_id, p), p)))
+                for p in partitions
+            )
+        elif partitions:
             out.extend(FetchedOffset(topic_id, p, offsets.get((topic_id, p))) for p in partitions)
         else:
             out.extend(FetchedOffset(t, p, c) for (t, p), c in sorted(offsets.items()) if t == topic_id)

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import attrgetter, is_, is_not
 from typing import cast
 
 from .assignors import GroupAssignment, GroupSpec, MemberSpec, SubscriptionType
 from .assignors.leader import LeaderAssignor, with_leadership
+from .assignors.redundant import assign_redundant
 from .context import Context, GroupConfig, Result, ScheduleAssignment, TimerOp
 from .errors import UnknownServerError
 from .model import EMPTY_ASSIGNMENT, Assignment, Group, Member
 from .records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
+from .replicas import group_replicas, subscribed_with_copies, with_copies
 from .subscription import group_topics, member_topic_ids
 from .topics import Topic, TopicsImage
 
@@ -102,14 +104,28 @@ def group_spec(
             ids = resolved[key] = member_topic_ids(image, names, regex)
             topic_ids.update(ids)
         specs[member_id] = MemberSpec(
-            member_id, metadata.instance_id, metadata.rack_id, ids, target_of(member_id, EMPTY_ASSIGNMENT)
+            member_id,
+            metadata.instance_id,
+            metadata.rack_id,
+            ids,
+            target_of(member_id, EMPTY_ASSIGNMENT),
+            metadata.capacity,
         )
     # Each distinct subscription was resolved once: comparing those few sets tells
     # the assignors whether the group is homogeneous without a pass over members.
     distinct = set(resolved.values())
     kind = SubscriptionType.HOMOGENEOUS if len(distinct) <= 1 else SubscriptionType.HETEROGENEOUS
     topics = {t: image.by_id[t] for t in sorted(topic_ids)}
-    return GroupSpec(members=specs, topics=topics, subscription_type=kind, withheld=withheld)
+    replicas = group_replicas(members[m] for m in specs)
+    if replicas > 1:
+        topics = with_copies(topics, replicas)
+        specs = {
+            m: replace(s, subscribed_topic_ids=subscribed_with_copies(s.subscribed_topic_ids, replicas))
+            for m, s in specs.items()
+        }
+    return GroupSpec(
+        members=specs, topics=topics, subscription_type=kind, withheld=withheld, replicas=replicas
+    )
 
 
 def assign_target(
@@ -120,13 +136,18 @@ def assign_target(
     Depends on nothing but its arguments, so the shell may run it in another
     process (inputs and records are plain data).
     """
+    targets: Mapping[str, Assignment]
     try:
         assignor = config.assignors[assignor_name]
         if isinstance(assignor, LeaderAssignor):
             # A leader group's one resource, leadership, is in no topic registry: it is
             # added here, where every path to a server-side target passes (docs/leader-election.md).
-            spec = with_leadership(spec)
-        targets = assignor.assign(spec)
+            # One leader, whatever `replicas` says: copies of leadership would be leaders too.
+            targets = assignor.assign(with_leadership(spec))
+        elif spec.replicas > 1:
+            targets = assign_redundant(spec, spec.replicas)
+        else:
+            targets = assignor.assign(spec)
     except Exception as e:
         raise UnknownServerError(
             f"Failed to compute a new target assignment for epoch {group_epoch} with assignor "

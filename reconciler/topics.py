@@ -76,7 +76,11 @@ class TopicsImage:
         return self._by_name
 
     def name_of(self, topic_id: str) -> str:
+        """The topic's name ("" if unknown); a copy topic's (redundant groups,
+        reconciler/replicas.py) is its topic's."""
         topic = self._by_id.get(topic_id)
+        if topic is None and "#" in topic_id:
+            topic = self._by_id.get(topic_id.partition("#")[0])
         if topic is None:
             # Leadership is in no image, but is shown (heartbeats, DescribeGroups,
             # history, web view) under its reserved name rather than none.

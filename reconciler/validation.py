@@ -10,6 +10,7 @@ from .context import GroupConfig
 from .errors import InvalidRequest, UnsupportedAssignor
 from .messages import ConsumerGroupHeartbeat
 from .model import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ClientAssignor
+from .replicas import MAX_REPLICAS
 from .subscription import MAX_REGEX_LENGTH, compile_regex
 from .topics import MAX_TOPIC_NAME_LENGTH
 
@@ -68,6 +69,7 @@ def validate_consumer_group_heartbeat(req: ConsumerGroupHeartbeat, config: Group
         )
     _validate_subscription(req)
     _validate_owned(req)
+    _validate_weights(req)
     if req.server_assignor is not None and req.server_assignor not in config.assignors:
         raise UnsupportedAssignor(
             f"ServerAssignor {req.server_assignor} is not supported. "
@@ -76,6 +78,17 @@ def validate_consumer_group_heartbeat(req: ConsumerGroupHeartbeat, config: Group
     if req.subscribed_topic_regex:
         compile_regex(req.subscribed_topic_regex)
     validate_client_assignors(req.client_assignors, req.server_assignor)
+
+
+#: A member's weight, relative to the others'.
+MAX_CAPACITY = 1000
+
+
+def _validate_weights(req: ConsumerGroupHeartbeat) -> None:
+    if req.capacity is not None and not 1 <= req.capacity <= MAX_CAPACITY:
+        raise InvalidRequest(f"Capacity must be between 1 and {MAX_CAPACITY}, got {req.capacity}.")
+    if req.replicas is not None and not 1 <= req.replicas <= MAX_REPLICAS:
+        raise InvalidRequest(f"Replicas must be between 1 and {MAX_REPLICAS}, got {req.replicas}.")
 
 
 #: int8 in Kafka's schema.

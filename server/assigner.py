@@ -48,8 +48,8 @@ WORKER_NICENESS = 10
 
 #: A member as sent: member id, instance id, rack id, subscribed topic names and
 #: regex (names tuples are shared, so pickled once per request), current target,
-#: and whether it is draining (the assignor then leaves it out).
-_WireMember = tuple[str, str | None, str | None, tuple[str, ...], str | None, Assignment, bool]
+#: whether it is draining (the assignor then leaves it out), its capacity and replicas.
+_WireMember = tuple[str, str | None, str | None, tuple[str, ...], str | None, Assignment, bool, int, int]
 
 #: The records that change what a member gives the assignor (its metadata, its
 #: presence, its current target); a member's epoch steps do not.
@@ -112,7 +112,17 @@ def _compute(request: _Request) -> list[Record] | None:
     for member_id in request.removed:
         members.pop(member_id, None)
         targets.pop(member_id, None)
-    for member_id, instance_id, rack_id, names, regex, target, draining in request.members:
+    for (
+        member_id,
+        instance_id,
+        rack_id,
+        names,
+        regex,
+        target,
+        draining,
+        capacity,
+        replicas,
+    ) in request.members:
         members[member_id] = Member(
             member_id,
             MemberMetadata(
@@ -121,6 +131,8 @@ def _compute(request: _Request) -> list[Record] | None:
                 subscribed_topic_names=names,
                 subscribed_topic_regex=regex,
                 draining=draining,
+                capacity=capacity,
+                replicas=replicas,
             ),
         )
         if target:
@@ -289,4 +301,6 @@ def _wire(member: Member, target: Assignment) -> _WireMember:
         member.subscribed_topic_regex,
         target,
         member.draining,
+        member.metadata.capacity,
+        member.metadata.replicas,
     )

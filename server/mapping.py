@@ -20,6 +20,8 @@ from regroup.reconciler.drain import drain_state
 from regroup.reconciler.history import GroupEvent
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Member, make_assignment
+from regroup.reconciler.placement import CoPartitioning, co_partitioning, rack_local_partitions
+from regroup.reconciler.replicas import collapse, group_replicas
 from regroup.reconciler.topics import resolve_topic_id
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
@@ -49,7 +51,7 @@ def heartbeat_from_pb(
     fields = req.ListFields()  # the fields present, by field number
     if not fields or fields[-1][0].number <= _LAST_REQUIRED_HEARTBEAT_FIELD:
         # A plain heartbeat, as almost all are: one C call tells that none of
-        # the nine optional fields is present, instead of nine HasField calls.
+        # the twelve optional fields is present, instead of twelve HasField calls.
         plain = ConsumerGroupHeartbeat(req.group_id, req.member_id, req.member_epoch)
         plain.client_host = client_host
         return plain
@@ -75,6 +77,11 @@ def heartbeat_from_pb(
         client_id=req.client_id if req.HasField("client_id") else None,
         client_host=client_host,
         client_assignors=client_assignors_from_pb(req),
+        capacity=req.capacity if req.HasField("capacity") else None,
+        replicas=req.replicas if req.HasField("replicas") else None,
+        require_co_partitioning=(
+            req.require_co_partitioning if req.HasField("require_co_partitioning") else None
+        ),
     )
 
 
@@ -315,14 +322,27 @@ def member_pb(group: Group, member: Member, image: TopicsImage) -> admin_pb2.Des
         client_host=member.client_host,
         subscribed_topic_names=list(member.subscribed_topic_names),
         subscribed_topic_regex=member.subscribed_topic_regex or "",
-        assignment=assignment_pb(member.assigned, image),
-        target_assignment=assignment_pb(group.target_of(member.member_id), image),
-        pending_revocation=assignment_pb(member.pending_revocation, image),
+        # A member of a redundant group holds one copy of a partition at most: it is
+        # shown as the partition, as the member sees it.
+        assignment=assignment_pb(collapse(member.assigned), image),
+        target_assignment=assignment_pb(collapse(group.target_of(member.member_id)), image),
+        pending_revocation=assignment_pb(collapse(member.pending_revocation), image),
         member_state=member.state.name,
         rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor or "",
         client_assignors=[client_assignor_pb(a) for a in member.client_assignors],
         drain_state=drain_state(member),
+        capacity=member.metadata.capacity,
+        rack_local_partitions=rack_local_partitions(member, image),
+    )
+
+
+def co_partitioning_pb(report: CoPartitioning, image: TopicsImage) -> admin_pb2.CoPartitioning:
+    return admin_pb2.CoPartitioning(
+        co_partitioned_topics=[
+            common_pb2.StringList(values=sorted(image.name_of(t) for t in ids)) for ids in report.topic_sets
+        ],
+        error=report.error,
     )
 
 
@@ -339,6 +359,14 @@ def group_pb(group: Group, image: TopicsImage, config: GroupConfig) -> admin_pb2
         computing_member_id=group.computation.member_id if group.computation is not None else "",
         assignment_error=group.assignment_error,
     )
+    if group.group_type != CONNECT_GROUP_TYPE:
+        out.replicas = group_replicas(group.members.values())
+        assigned = sum(1 for m in group.members.values() if not m.metadata.draining)
+        out.effective_replicas = min(out.replicas, assigned) if assigned else 0
+    if group.group_type != CONNECT_GROUP_TYPE and not any(m.client_assignors for m in group.members.values()):
+        out.co_partitioning.CopyFrom(
+            co_partitioning_pb(co_partitioning(group.members.values(), image, assignor), image)
+        )
     if group.group_type == CONNECT_GROUP_TYPE:
         out.connectors.extend(
             admin_pb2.ConnectorConfig(name=t.name, tasks=t.num_partitions - 1)

@@ -27,14 +27,15 @@ ON CONFLICT (group_id) DO UPDATE SET
 UPSERT_MEMBER = """
 INSERT INTO members (group_id, member_id, instance_id, rack_id, client_id, client_host,
                      subscribed_topic_names, subscribed_topic_regex, server_assignor, rebalance_timeout_ms,
-                     client_assignors, url, draining)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13)
+                     client_assignors, url, draining, capacity, replicas, require_co_partitioning)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13, $14, $15, $16)
 ON CONFLICT (group_id, member_id) DO UPDATE SET
     instance_id = EXCLUDED.instance_id, rack_id = EXCLUDED.rack_id, client_id = EXCLUDED.client_id,
     client_host = EXCLUDED.client_host, subscribed_topic_names = EXCLUDED.subscribed_topic_names,
     subscribed_topic_regex = EXCLUDED.subscribed_topic_regex, server_assignor = EXCLUDED.server_assignor,
     rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms, client_assignors = EXCLUDED.client_assignors,
-    url = EXCLUDED.url, draining = EXCLUDED.draining
+    url = EXCLUDED.url, draining = EXCLUDED.draining, capacity = EXCLUDED.capacity,
+    replicas = EXCLUDED.replicas, require_co_partitioning = EXCLUDED.require_co_partitioning
 """
 
 UPSERT_OFFSET = """

@@ -339,6 +339,9 @@ def _member_row(group_id: str, member_id: str, m: MemberMetadata) -> tuple[Any, 
         encode_client_assignors(m.client_assignors),
         m.url,
         m.draining,
+        m.capacity,
+        m.replicas,
+        m.require_co_partitioning,
     )
 
 
@@ -356,6 +359,9 @@ def _member_metadata(row: Any) -> MemberMetadata:
         client_assignors=decode_client_assignors(row["client_assignors"]),
         url=row["url"],
         draining=row["draining"],
+        capacity=row["capacity"],
+        replicas=row["replicas"],
+        require_co_partitioning=row["require_co_partitioning"],
     )
 
 

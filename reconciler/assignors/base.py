@@ -56,6 +56,10 @@ class GroupSpec:
     #: sees them and every assignor balances the others as if they had left; the
     #: coordinator gives each of them an empty target (`assign_target`).
     withheld: Mapping[str, Assignment] = field(default_factory=dict)
+    #: Redundant assignment: the copies of each partition the group asks for. Above
+    #: 1, `topics` and every member's subscription also hold the copy topics
+    #: (reconciler/replicas.py) and the redundant assignor computes the target.
+    replicas: int = 1
 
     def is_homogeneous(self) -> bool:
         """True when every member subscribes to the same topics (Kafka's HOMOGENEOUS)."""

@@ -169,6 +169,16 @@ def test_a_leader_that_changes_its_subscription_keeps_leadership() -> None:
     assert not h.groups[GROUP].members["a"].pending_revocation
 
 
+def test_a_leader_group_has_one_leader_whatever_replicas_members_ask_for() -> None:
+    h = EngineHarness()
+    h.heartbeat(dataclasses.replace(_join("a"), replicas=2))
+    b = h.heartbeat(dataclasses.replace(_join("b"), replicas=2))
+    h.heartbeat(beat(GROUP, "b", b.member_epoch, {}))
+    group = h.groups[GROUP]
+    assert [m for m, a in group.target.items() if a] == ["a"]
+    assert dict(group.target)["a"] == LEADERSHIP
+
+
 # -- the state machine ----------------------------------------------------------
 
 

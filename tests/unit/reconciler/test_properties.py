@@ -55,6 +55,7 @@ from regroup.reconciler.drain import DRAINED, drain_member, drain_state
 from regroup.reconciler.model import Assignment, MemberState
 from regroup.reconciler.offsets import OffsetToCommit, commit_offsets
 from regroup.reconciler.records import TargetAssignmentEpochRecord
+from regroup.reconciler.replicas import collapse, copy_held, copy_id, expand_owned, group_replicas, split
 from regroup.reconciler.target_assignment import preferred_assignor
 from tests.support.engine import EngineHarness, owned
 
@@ -161,6 +162,8 @@ class Client:
     #: A join may be answered at epoch 0, with nothing, while the group has no target
     #: yet (when targets are computed later, not in the heartbeat).
     unassigned_join_ok: bool = False
+    #: The copies of each partition it asks the group for (redundant assignment).
+    replicas: int = 1
 
     @property
     def live(self) -> bool:
@@ -196,6 +199,7 @@ class Client:
             subscribed_topic_regex=(self.regex or "") if full or self.regex != self.sent_regex else None,
             server_assignor=self.assignor if full or self.assignor != self.sent_assignor else None,
             owned_topic_partitions=owned(self.held) if full or self.held != self.sent_owned else None,
+            replicas=self.replicas if full and self.replicas > 1 else None,
         )
 
     def on_response(self, req: ConsumerGroupHeartbeat, resp: ConsumerGroupHeartbeatResponse) -> None:
@@ -235,6 +239,9 @@ class Client:
 
 
 class GroupMachine(RuleBasedStateMachine):
+    #: The copies each new client asks for, by client number (redundant assignment).
+    REPLICAS: tuple[int, ...] = (1,)
+
     def __init__(self) -> None:
         super().__init__()
         self.h = _Harness()
@@ -393,6 +400,7 @@ class GroupMachine(RuleBasedStateMachine):
         for n, ((topics, regex), assignor, static) in enumerate(founders):
             instance_id = INSTANCES[n] if static and n < len(INSTANCES) else None
             client = Client(f"c{n}", f"m{n}", instance_id, topics, assignor, REBALANCE_TIMEOUTS_MS[-1], regex)
+            client.replicas = self.REPLICAS[n % len(self.REPLICAS)]
             self.clients.append(client)
             if instance_id is not None:
                 self.instances[instance_id] = client
@@ -412,6 +420,7 @@ class GroupMachine(RuleBasedStateMachine):
         self._step()
         n = len(self.clients)
         client = Client(f"c{n}", "" if server_id else f"m{n}", None, sub[0], assignor, timeout, sub[1])
+        client.replicas = self.REPLICAS[n % len(self.REPLICAS)]
         self.clients.append(client)
         self._exchange(client, lose)
 
@@ -445,6 +454,7 @@ class GroupMachine(RuleBasedStateMachine):
         instance_id = free[pick % len(free)]
         n = len(self.clients)
         client = Client(f"c{n}", "" if server_id else f"m{n}", instance_id, sub[0], assignor, timeout, sub[1])
+        client.replicas = self.REPLICAS[n % len(self.REPLICAS)]
         self.clients.append(client)
         self.instances[instance_id] = client
         previous = self.group.member_by_instance_id(instance_id) if self.group is not None else None
@@ -556,11 +566,13 @@ class GroupMachine(RuleBasedStateMachine):
         assert member.member_epoch == client.epoch
         for outcome in result.response:
             key = (outcome.topic_id, outcome.partition)
+            # Per copy in a redundant group: the copy the committing member holds.
+            copy = copy_held(member, outcome.topic_id, outcome.partition)
             owners = [
                 m.member_id
                 for m in group.members.values()
-                if outcome.partition in m.assigned.get(outcome.topic_id, ())
-                or outcome.partition in m.pending_revocation.get(outcome.topic_id, ())
+                if outcome.partition in m.assigned.get(copy, ())
+                or outcome.partition in m.pending_revocation.get(copy, ())
             ]
             if outcome.error is ErrorCode.NONE:
                 assert owners == [client.member_id], f"{key} committed by {client.name}, owned by {owners}"
@@ -571,7 +583,8 @@ class GroupMachine(RuleBasedStateMachine):
         self.h.apply(GROUP, result)
         for outcome in result.response:
             if outcome.error is ErrorCode.NONE:
-                committed = group.offsets[(outcome.topic_id, outcome.partition)]
+                copy = copy_held(member, outcome.topic_id, outcome.partition)
+                committed = group.offsets[(copy, outcome.partition)]
                 assert (committed.offset, committed.member_epoch) == (7, client.epoch)
 
     @precondition(lambda self: self.group is not None and bool(self.group.members))
@@ -675,10 +688,13 @@ class GroupMachine(RuleBasedStateMachine):
         group = self.group
         live = self.live()
 
-        # 2. Client-side safety: no partition held by two live clients at once.
+        # 2. Client-side safety: no partition (in a redundant group: no copy of a
+        # partition, the one the coordinator accounts the client's holding to) held
+        # by two live clients at once.
         holder: dict[TP, Client] = {}
         for client in live:
-            for tp in _pairs(client.held):
+            member = group.members.get(client.member_id) if group is not None and client.member_id else None
+            for tp in _pairs(client.held if member is None else expand_owned(client.held, member)):
                 other = holder.setdefault(tp, client)
                 assert other is client, f"{tp} held by {other.name} and {client.name}\n{self._describe()}"
         if group is None:
@@ -695,11 +711,14 @@ class GroupMachine(RuleBasedStateMachine):
             assert m.member_epoch <= group.assignment_epoch <= group.group_epoch, self._describe()
             assert m.member_epoch >= 0 or (m.member_epoch == -2 and m.instance_id is not None), m
 
-        # 1. Coordinator single ownership, from the members themselves.
+        # 1. Coordinator single ownership, from the members themselves (per copy in a
+        # redundant group), and no member with two copies of one partition.
         owner: dict[TP, str] = {}
         for m in group.members.values():
             assigned, pending = _pairs(m.assigned), _pairs(m.pending_revocation)
             assert not assigned & pending, f"{m.member_id} both owns and revokes {assigned & pending}"
+            plain = [(split(t)[0], p) for t, p in assigned | pending]
+            assert len(plain) == len(set(plain)), f"{m.member_id} holds two copies\n{self._describe()}"
             for tp in assigned | pending:
                 first = owner.setdefault(tp, m.member_id)
                 assert first == m.member_id, f"{tp} owned by {first} and {m.member_id}\n{self._describe()}"
@@ -744,7 +763,11 @@ class GroupMachine(RuleBasedStateMachine):
                 assert client.epoch <= member.member_epoch, self._describe()
             if client.held:
                 assert member is not None
-                unknown = _pairs(client.held) - _pairs(member.assigned) - _pairs(member.pending_revocation)
+                unknown = (
+                    _pairs(client.held)
+                    - _pairs(collapse(member.assigned))
+                    - _pairs(collapse(member.pending_revocation))
+                )
                 assert not unknown, (
                     f"{client.name} holds {unknown} unknown to the coordinator\n{self._describe()}"
                 )
@@ -811,7 +834,7 @@ class GroupMachine(RuleBasedStateMachine):
                 or member.subscribed_topic_regex != client.regex
                 or (client.assignor is not None and member.server_assignor != client.assignor)
                 or client.epoch != member.member_epoch
-                or client.held != _norm(member.assigned)
+                or client.held != _norm(collapse(member.assigned))
                 or _norm(member.assigned) != _norm(group.target_of(member.member_id))
             ):
                 return False
@@ -852,17 +875,31 @@ class GroupMachine(RuleBasedStateMachine):
                 if t.name in client.topics
                 or (client.regex is not None and re.fullmatch(client.regex, t.name))
             )
-            assert set(member.assigned) <= subscribed[client.member_id], (
+            assert set(collapse(member.assigned)) <= subscribed[client.member_id], (
                 f"{client.name} owns unsubscribed topics"
             )
 
+        # Every copy of every subscribed partition once: min(replicas, subscribers) copies.
+        replicas = group_replicas(group.members.values())
         counts = Counter(tp for m in group.members.values() for tp in _pairs(m.assigned))
         topics = frozenset().union(*subscribed.values())
-        expected = {(t, p) for t in topics for p in range(self.h.image.by_id[t].num_partitions)}
+        expected = {
+            (copy_id(t, c), p)
+            for t in topics
+            for c in range(min(replicas, sum(t in ids for ids in subscribed.values())))
+            for p in range(self.h.image.by_id[t].num_partitions)
+        }
         assert set(counts) == expected, f"assigned {sorted(counts)} != {sorted(expected)}\n{self._describe()}"
         assert all(n == 1 for n in counts.values()), counts
 
         sizes = {mid: len(_pairs(group.members[mid].assigned)) for mid in subscribed}
+        if replicas > 1:
+            event(f"converged with {replicas} copies")
+            if len(set(subscribed.values())) == 1:
+                assert max(sizes.values()) - min(sizes.values()) <= 1, (
+                    f"unbalanced: {sizes}\n{self._describe()}"
+                )
+            return
         assignor = self.target_assignor
         if assignor == "uniform" and len(set(subscribed.values())) == 1:
             assert max(sizes.values()) - min(sizes.values()) <= 1, f"unbalanced: {sizes}\n{self._describe()}"
@@ -885,6 +922,25 @@ GroupMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestGroupMachine = GroupMachine.TestCase
+
+
+class RedundantGroupMachine(GroupMachine):
+    """The same machine with members asking for 2 or 3 copies of each partition (the
+    group takes the largest, so the count changes as members come and go): every check
+    above holds per (partition, copy) slot, no member ever holds two copies of one
+    partition, and the group converges to min(replicas, subscribers) copies of each."""
+
+    REPLICAS = (2, 3, 2, 1)
+
+
+RedundantGroupMachine.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=60,
+    deadline=None,
+    database=_DATABASE,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestRedundantGroupMachine = RedundantGroupMachine.TestCase
 
 
 # -- the assignors on their own --------------------------------------------

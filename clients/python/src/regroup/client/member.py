@@ -188,6 +188,8 @@ class GroupMember:
         self._group_id = ""
         self._instance_id: str | None = None
         self._rack_id: str | None = None
+        #: capacity, replicas, require_co_partitioning: None is never sent (the default).
+        self._weights: dict[str, object] = {}
         self._server_assignor: str | None = None
         self._subscription: Subscription = ("topics", ())
         self._url: str | None = None
@@ -271,17 +273,30 @@ class GroupMember:
         rack_id: str | None = None,
         assignor: str | None = None,
         client_assignors: Sequence[ClientAssignor] | None = None,
+        capacity: int | None = None,
+        replicas: int | None = None,
+        require_co_partitioning: bool | None = None,
     ) -> None:
         """Joins the group and returns once the coordinator accepted the member;
         partitions then arrive through the listener. Raises RegroupError when the
         coordinator refuses the join for good (invalid request, group full...).
 
         `assignor` names a server-side assignor; `client_assignors` (in order of
-        preference) makes the group compute its assignment in its members."""
+        preference) makes the group compute its assignment in its members.
+        `rack_id` lets rack-aware assignors prefer partitions of the member's rack;
+        `capacity` (1-1000) weighs its share under the uniform assignor; `replicas`
+        (1-16) asks for each partition on that many distinct members;
+        `require_co_partitioning` has the join refused (INVALID_REQUEST) unless the
+        range assignor co-partitions the member's topics."""
         if (topics is None) == (regex is None):
             raise ValueError("pass exactly one of topics= or regex=")
         self._subscription = ("topics", tuple(topics)) if topics is not None else ("regex", regex or "")
         self._rack_id = rack_id
+        self._weights = {
+            "capacity": capacity,
+            "replicas": replicas,
+            "require_co_partitioning": require_co_partitioning,
+        }
         await self._join(group_id, instance_id, assignor, client_assignors)
 
     async def _join(
@@ -634,6 +649,7 @@ class GroupMember:
             "server_assignor": self._server_assignor,
             "client_assignors": self._client_assignors_field(),
             "client_id": self._options.client_id,
+            **self._weights,
             "owned": self._owned,
         }
 

@@ -720,6 +720,8 @@ class DescribedMember(_message.Message):
     CONNECT_TARGET_ASSIGNMENT_FIELD_NUMBER: _builtins.int
     CONNECT_PENDING_REVOCATION_FIELD_NUMBER: _builtins.int
     DRAIN_STATE_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    RACK_LOCAL_PARTITIONS_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     instance_id: _builtins.str
     rack_id: _builtins.str
@@ -739,6 +741,12 @@ class DescribedMember(_message.Message):
     drain_state: _builtins.str
     """"" when in service; DRAINING while a DrainMember'd member still owns (or
     is owed the revocation of) something; DRAINED once it owns nothing.
+    """
+    capacity: _builtins.int
+    """The member's weight for the uniform assignor (1 unless it sent another)."""
+    rack_local_partitions: _builtins.int
+    """How many of the partitions the member owns are in its own rack (0 when
+    the member or the partitions have no rack).
     """
     @_builtins.property
     def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -788,10 +796,12 @@ class DescribedMember(_message.Message):
         connect_target_assignment: _common_pb2.ConnectorsAndTasks | None = ...,
         connect_pending_revocation: _common_pb2.ConnectorsAndTasks | None = ...,
         drain_state: _builtins.str = ...,
+        capacity: _builtins.int = ...,
+        rack_local_partitions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "connect_assignment", b"connect_assignment", "connect_pending_revocation", b"connect_pending_revocation", "connect_target_assignment", b"connect_target_assignment", "pending_revocation", b"pending_revocation", "target_assignment", b"target_assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "client_assignors", b"client_assignors", "client_host", b"client_host", "client_id", b"client_id", "connect_assignment", b"connect_assignment", "connect_pending_revocation", b"connect_pending_revocation", "connect_target_assignment", b"connect_target_assignment", "drain_state", b"drain_state", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "member_state", b"member_state", "pending_revocation", b"pending_revocation", "previous_member_epoch", b"previous_member_epoch", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment", "url", b"url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "capacity", b"capacity", "client_assignors", b"client_assignors", "client_host", b"client_host", "client_id", b"client_id", "connect_assignment", b"connect_assignment", "connect_pending_revocation", b"connect_pending_revocation", "connect_target_assignment", b"connect_target_assignment", "drain_state", b"drain_state", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "member_state", b"member_state", "pending_revocation", b"pending_revocation", "previous_member_epoch", b"previous_member_epoch", "rack_id", b"rack_id", "rack_local_partitions", b"rack_local_partitions", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "target_assignment", b"target_assignment", "url", b"url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -814,6 +824,10 @@ class DescribedGroup(_message.Message):
     ASSIGNMENT_ERROR_FIELD_NUMBER: _builtins.int
     CONNECTORS_FIELD_NUMBER: _builtins.int
     COORDINATOR_ADDRESS_FIELD_NUMBER: _builtins.int
+    RACK_LOCALITY_FIELD_NUMBER: _builtins.int
+    CO_PARTITIONING_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    EFFECTIVE_REPLICAS_FIELD_NUMBER: _builtins.int
     error_code: _common_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     group_id: _builtins.str
@@ -833,11 +847,29 @@ class DescribedGroup(_message.Message):
     assignment_error: _builtins.str
     coordinator_address: _builtins.str
     """Set only with NOT_COORDINATOR: host:port of the replica that owns the group."""
+    replicas: _builtins.int
+    """Redundant assignment: the copies of each partition the group asks for
+    (the largest ConsumerGroupHeartbeatRequest.replicas of its members; 1 by
+    default), and the copies it gets (fewer only while it has fewer members).
+    """
+    effective_replicas: _builtins.int
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedMember]: ...
     @_builtins.property
     def connectors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConnectorConfig]:
         """Connect groups: the connectors and their task counts."""
+
+    @_builtins.property
+    def rack_locality(self) -> Global___RackLocality:
+        """Rack locality of the target assignment (unset when no member and no
+        assigned partition has a rack).
+        """
+
+    @_builtins.property
+    def co_partitioning(self) -> Global___CoPartitioning:
+        """Which of the group's topics the target assignment co-partitions, and why
+        a member that requires co-partitioning does not get it.
+        """
 
     def __init__(
         self,
@@ -855,14 +887,74 @@ class DescribedGroup(_message.Message):
         assignment_error: _builtins.str = ...,
         connectors: _abc.Iterable[Global___ConnectorConfig] | None = ...,
         coordinator_address: _builtins.str = ...,
+        rack_locality: Global___RackLocality | None = ...,
+        co_partitioning: Global___CoPartitioning | None = ...,
+        replicas: _builtins.int = ...,
+        effective_replicas: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["co_partitioning", b"co_partitioning", "rack_locality", b"rack_locality"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignment_error", b"assignment_error", "assignor_name", b"assignor_name", "computing_member_id", b"computing_member_id", "connectors", b"connectors", "coordinator_address", b"coordinator_address", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "group_state", b"group_state", "group_type", b"group_type", "members", b"members"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment_epoch", b"assignment_epoch", "assignment_error", b"assignment_error", "assignor_name", b"assignor_name", "co_partitioning", b"co_partitioning", "computing_member_id", b"computing_member_id", "connectors", b"connectors", "coordinator_address", b"coordinator_address", "effective_replicas", b"effective_replicas", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "group_id", b"group_id", "group_state", b"group_state", "group_type", b"group_type", "members", b"members", "rack_locality", b"rack_locality", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribedGroup: _TypeAlias = DescribedGroup  # noqa: Y015
+
+@_typing.final
+class RackLocality(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_WITH_RACK_FIELD_NUMBER: _builtins.int
+    RACK_LOCAL_PARTITIONS_FIELD_NUMBER: _builtins.int
+    BEST_ACHIEVABLE_FIELD_NUMBER: _builtins.int
+    partitions_with_rack: _builtins.int
+    """Partitions of the target assignment whose rack is known."""
+    rack_local_partitions: _builtins.int
+    """Of those, the ones assigned to a member of the same rack."""
+    best_achievable: _builtins.int
+    """The most that can be rack-local while the assignment stays balanced."""
+    def __init__(
+        self,
+        *,
+        partitions_with_rack: _builtins.int = ...,
+        rack_local_partitions: _builtins.int = ...,
+        best_achievable: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["best_achievable", b"best_achievable", "partitions_with_rack", b"partitions_with_rack", "rack_local_partitions", b"rack_local_partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RackLocality: _TypeAlias = RackLocality  # noqa: Y015
+
+@_typing.final
+class CoPartitioning(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CO_PARTITIONED_TOPICS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    error: _builtins.str
+    """Empty, or why a member that requires co-partitioning does not get it."""
+    @_builtins.property
+    def co_partitioned_topics(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.StringList]:
+        """Sets of topic names whose partition p goes to the same member, for
+        every p (range assignor: same partition count, same subscribers).
+        """
+
+    def __init__(
+        self,
+        *,
+        co_partitioned_topics: _abc.Iterable[_common_pb2.StringList] | None = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["co_partitioned_topics", b"co_partitioned_topics", "error", b"error"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CoPartitioning: _TypeAlias = CoPartitioning  # noqa: Y015
 
 @_typing.final
 class DescribeGroupsResponse(_message.Message):

@@ -131,6 +131,9 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     TOPIC_PARTITIONS_FIELD_NUMBER: _builtins.int
     CLIENT_ID_FIELD_NUMBER: _builtins.int
     CLIENT_ASSIGNORS_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    REQUIRE_CO_PARTITIONING_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     """The group identifier."""
     member_id: _builtins.str
@@ -158,6 +161,25 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     """The server-side assignor the member prefers; absent means unchanged."""
     client_id: _builtins.str
     """A free-form client identifier shown by DescribeGroups; absent means unchanged."""
+    capacity: _builtins.int
+    """The member's weight, 1 to 1000 (default 1); absent means unchanged. The
+    uniform assignor gives each member a share of the partitions proportional
+    to its capacity, within one partition of the exact share.
+    """
+    replicas: _builtins.int
+    """Redundant assignment: how many distinct members each partition should be
+    assigned to, 1 to 16 (default 1); absent means unchanged. The group uses
+    the largest value any member asks for, and fewer copies only while it has
+    fewer members. A member never holds two copies of one partition.
+    """
+    require_co_partitioning: _builtins.bool
+    """The member needs its topics co-partitioned (partition p of every topic it
+    subscribes to on the same member): only the range assignor does that, for
+    topics with the same partition count and the same subscribers. A join or a
+    subscription change that cannot be co-partitioned is refused with
+    INVALID_REQUEST; a later change of topics that breaks it is reported by
+    DescribeGroups (DescribedGroup.co_partitioning). Absent means unchanged.
+    """
     @_builtins.property
     def subscribed_topic_names(self) -> _common_pb2.StringList:
         """The topic names the member subscribes to; absent means unchanged."""
@@ -189,11 +211,16 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
         topic_partitions: _common_pb2.TopicPartitionsList | None = ...,
         client_id: _builtins.str | None = ...,
         client_assignors: _common_pb2.ClientAssignorList | None = ...,
+        capacity: _builtins.int | None = ...,
+        replicas: _builtins.int | None = ...,
+        require_co_partitioning: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rack_id", b"_rack_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_server_assignor", b"_server_assignor", "_subscribed_topic_regex", b"_subscribed_topic_regex", "client_assignors", b"client_assignors", "client_id", b"client_id", "instance_id", b"instance_id", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "topic_partitions", b"topic_partitions"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_capacity", b"_capacity", "_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rack_id", b"_rack_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_replicas", b"_replicas", "_require_co_partitioning", b"_require_co_partitioning", "_server_assignor", b"_server_assignor", "_subscribed_topic_regex", b"_subscribed_topic_regex", "capacity", b"capacity", "client_assignors", b"client_assignors", "client_id", b"client_id", "instance_id", b"instance_id", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "replicas", b"replicas", "require_co_partitioning", b"require_co_partitioning", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "topic_partitions", b"topic_partitions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rack_id", b"_rack_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_server_assignor", b"_server_assignor", "_subscribed_topic_regex", b"_subscribed_topic_regex", "client_assignors", b"client_assignors", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "topic_partitions", b"topic_partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_capacity", b"_capacity", "_client_id", b"_client_id", "_instance_id", b"_instance_id", "_rack_id", b"_rack_id", "_rebalance_timeout_ms", b"_rebalance_timeout_ms", "_replicas", b"_replicas", "_require_co_partitioning", b"_require_co_partitioning", "_server_assignor", b"_server_assignor", "_subscribed_topic_regex", b"_subscribed_topic_regex", "capacity", b"capacity", "client_assignors", b"client_assignors", "client_id", b"client_id", "group_id", b"group_id", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "rebalance_timeout_ms", b"rebalance_timeout_ms", "replicas", b"replicas", "require_co_partitioning", b"require_co_partitioning", "server_assignor", b"server_assignor", "subscribed_topic_names", b"subscribed_topic_names", "subscribed_topic_regex", b"subscribed_topic_regex", "topic_partitions", b"topic_partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__capacity: _TypeAlias = _typing.Literal["capacity"]  # noqa: Y015
+    _WhichOneofArgType__capacity: _TypeAlias = _typing.Literal["_capacity", b"_capacity"]  # noqa: Y015
     _WhichOneofReturnType__client_id: _TypeAlias = _typing.Literal["client_id"]  # noqa: Y015
     _WhichOneofArgType__client_id: _TypeAlias = _typing.Literal["_client_id", b"_client_id"]  # noqa: Y015
     _WhichOneofReturnType__instance_id: _TypeAlias = _typing.Literal["instance_id"]  # noqa: Y015
@@ -202,10 +229,16 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     _WhichOneofArgType__rack_id: _TypeAlias = _typing.Literal["_rack_id", b"_rack_id"]  # noqa: Y015
     _WhichOneofReturnType__rebalance_timeout_ms: _TypeAlias = _typing.Literal["rebalance_timeout_ms"]  # noqa: Y015
     _WhichOneofArgType__rebalance_timeout_ms: _TypeAlias = _typing.Literal["_rebalance_timeout_ms", b"_rebalance_timeout_ms"]  # noqa: Y015
+    _WhichOneofReturnType__replicas: _TypeAlias = _typing.Literal["replicas"]  # noqa: Y015
+    _WhichOneofArgType__replicas: _TypeAlias = _typing.Literal["_replicas", b"_replicas"]  # noqa: Y015
+    _WhichOneofReturnType__require_co_partitioning: _TypeAlias = _typing.Literal["require_co_partitioning"]  # noqa: Y015
+    _WhichOneofArgType__require_co_partitioning: _TypeAlias = _typing.Literal["_require_co_partitioning", b"_require_co_partitioning"]  # noqa: Y015
     _WhichOneofReturnType__server_assignor: _TypeAlias = _typing.Literal["server_assignor"]  # noqa: Y015
     _WhichOneofArgType__server_assignor: _TypeAlias = _typing.Literal["_server_assignor", b"_server_assignor"]  # noqa: Y015
     _WhichOneofReturnType__subscribed_topic_regex: _TypeAlias = _typing.Literal["subscribed_topic_regex"]  # noqa: Y015
     _WhichOneofArgType__subscribed_topic_regex: _TypeAlias = _typing.Literal["_subscribed_topic_regex", b"_subscribed_topic_regex"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__capacity) -> _WhichOneofReturnType__capacity | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__client_id) -> _WhichOneofReturnType__client_id | None: ...
     @_typing.overload
@@ -214,6 +247,10 @@ class ConsumerGroupHeartbeatRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rack_id) -> _WhichOneofReturnType__rack_id | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rebalance_timeout_ms) -> _WhichOneofReturnType__rebalance_timeout_ms | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replicas) -> _WhichOneofReturnType__replicas | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__require_co_partitioning) -> _WhichOneofReturnType__require_co_partitioning | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__server_assignor) -> _WhichOneofReturnType__server_assignor | None: ...
     @_typing.overload

@@ -1,0 +1,131 @@
+"""Where partitions land, beyond balance: co-partitioning and rack locality, as the
+coordinator checks and reports them (DescribeGroups, and the heartbeat of a member
+that requires co-partitioning).
+
+Co-partitioning is the range assignor's: it cuts every topic into the same
+contiguous ranges over the same ordered subscribers, so topics with the same
+partition count and the same subscribers (the members that take part in the
+assignment, draining ones left out) put partition p on the same member, for every
+p. That is a guarantee of the range assignor, stated here once and reported from
+here; no other built-in assignor gives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .model import Assignment, Member
+from .subscription import member_topic_ids
+from .topics import TopicsImage
+
+#: The one built-in assignor that co-partitions.
+CO_PARTITIONING_ASSIGNOR = "range"
+
+
+@dataclass(frozen=True, slots=True)
+class CoPartitioning:
+    """The group's co-partitioned topic sets (ids, each sorted, two or more topics),
+    and why a member that requires co-partitioning does not get it ("" when all do)."""
+
+    topic_sets: tuple[tuple[str, ...], ...]
+    error: str = ""
+
+
+def _subscriptions(members: Iterable[Member], image: TopicsImage) -> dict[str, frozenset[str]]:
+    """Each assigned member's existing subscribed topic ids (draining members take no part)."""
+    return {
+        m.member_id: member_topic_ids(image, m.subscribed_topic_names, m.subscribed_topic_regex)
+        for m in members
+        if not m.metadata.draining
+    }
+
+
+def _classes(
+    subscriptions: Mapping[str, frozenset[str]], image: TopicsImage
+) -> dict[str, tuple[object, ...]]:
+    """Each subscribed topic's co-partitioning class: its partition count and its subscribers."""
+    subscribers: dict[str, list[str]] = {}
+    for member_id in sorted(subscriptions):
+        for topic_id in subscriptions[member_id]:
+            subscribers.setdefault(topic_id, []).append(member_id)
+    return {t: (image.by_id[t].num_partitions, tuple(s)) for t, s in subscribers.items()}
+
+
+def co_partitioning(members: Iterable[Member], image: TopicsImage, assignor: str) -> CoPartitioning:
+    """What DescribeGroups reports for a server-side group whose assignor is `assignor`."""
+    members = list(members)
+    subscriptions = _subscriptions(members, image)
+    classes = _classes(subscriptions, image)
+    sets: dict[tuple[object, ...], list[str]] = {}
+    if assignor == CO_PARTITIONING_ASSIGNOR:
+        for topic_id, key in classes.items():
+            sets.setdefault(key, []).append(topic_id)
+    topic_sets = tuple(sorted(tuple(sorted(ids)) for ids in sets.values() if len(ids) > 1))
+    errors = [
+        why
+        for m in sorted(members, key=lambda m: m.member_id)
+        if m.metadata.require_co_partitioning and not m.metadata.draining
+        for why in [_why_not(m.member_id, subscriptions[m.member_id], classes, image, assignor)]
+        if why
+    ]
+    return CoPartitioning(topic_sets, errors[0] if errors else "")
+
+
+def co_partitioning_refusal(
+    member: Member, others: Iterable[Member], image: TopicsImage, assignor: str
+) -> str:
+    """Why `member`, which requires co-partitioning, would not get it in a group of
+    itself and `others` assigned by `assignor`; "" when it would."""
+    subscriptions = _subscriptions([*others, member], image)
+    mine = subscriptions.get(member.member_id, frozenset())
+    return _why_not(member.member_id, mine, _classes(subscriptions, image), image, assignor)
+
+
+def _why_not(
+    member_id: str,
+    topic_ids: frozenset[str],
+    classes: Mapping[str, tuple[object, ...]],
+    image: TopicsImage,
+    assignor: str,
+) -> str:
+    if len(topic_ids) < 2:
+        return ""  # one topic (or none) is trivially co-partitioned
+    if assignor != CO_PARTITIONING_ASSIGNOR:
+        return (
+            f"Member {member_id} requires co-partitioning, but the group's assignor is {assignor}; "
+            f"only {CO_PARTITIONING_ASSIGNOR} co-partitions."
+        )
+    ordered = sorted(topic_ids, key=image.name_of)
+    first = ordered[0]
+    for other in ordered[1:]:
+        if classes[other][0] != classes[first][0]:
+            return (
+                f"Member {member_id} requires co-partitioning, but topic {image.name_of(first)} has "
+                f"{classes[first][0]} partitions and topic {image.name_of(other)} has {classes[other][0]}."
+            )
+        if classes[other][1] != classes[first][1]:
+            return (
+                f"Member {member_id} requires co-partitioning, but topics {image.name_of(first)} and "
+                f"{image.name_of(other)} have different subscribers."
+            )
+    return ""
+
+
+def rack_local_partitions(member: Member, image: TopicsImage) -> int:
+    """How many of the partitions `member` owns are in its own rack."""
+    return local_count(member.rack_id, member.assigned, image)
+
+
+def local_count(rack_id: str | None, assignment: Assignment, image: TopicsImage) -> int:
+    if rack_id is None:
+        return 0
+    count = 0
+    by_id = image.by_id
+    for topic_id, partitions in assignment.items():
+        topic = by_id.get(topic_id)
+        if topic is None or not topic.partition_racks:
+            continue
+        racks = topic.partition_racks
+        count += sum(1 for p in partitions if p < len(racks) and racks[p] == rack_id)
+    return count
