@@ -16,6 +16,7 @@ from regroup.client import CommitFailed, LeaderElection, MemberOptions, SyncLead
 from regroup.client.leader import LEADERSHIP_TOPIC_ID
 from regroup.v1 import admin_pb2, common_pb2
 from tests.integration.conftest import Service, ServiceFactory
+from tests.integration.test_cli import regroup
 
 pytestmark = pytest.mark.integration
 
@@ -149,6 +150,14 @@ async def test_describe_groups_history_and_the_web_view_show_the_leader(
         url = f"http://127.0.0.1:{fast.server.metrics_port}/api/groups/jobs"
         body = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read()))
         assert {m["memberId"] for m in body["group"]["members"]} == {"a", "b"}
+        # The command shows the leader as the holder of <leadership> partition 0.
+        run = await regroup(fast, "groups", "describe", "jobs", "--json")
+        assert run.code == 0, run.err
+        (described_group,) = run.json()["groups"]
+        assert {m["member_id"]: m["assignment"] for m in described_group["members"]} == {
+            "a": [{"topic": "<leadership>", "topic_id": LEADERSHIP_TOPIC_ID, "partitions": [0]}],
+            "b": [],
+        }
         # Leadership is no topic: committing an offset for it is refused precisely.
         with pytest.raises(CommitFailed) as refused:
             await a.member.commit({TopicPartition("<leadership>", 0, LEADERSHIP_TOPIC_ID): 1})
