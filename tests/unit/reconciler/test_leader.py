@@ -251,11 +251,12 @@ class LeaderMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_sink_never_goes_back_to_an_older_leader(self) -> None:
-        writers: list[str] = []
-        for writer, _ in self.sink.accepted:
-            if not writers or writers[-1] != writer:
-                assert writer not in writers, f"the sink accepted {writer} again after a newer leader"
-                writers.append(writer)
+        # A leader is a tenure, (member, token): a member elected again later is a new leader.
+        tenures: list[tuple[str, int]] = []
+        for tenure in self.sink.accepted:
+            if not tenures or tenures[-1] != tenure:
+                assert tenure not in tenures, f"the sink accepted {tenure} again after a newer leader"
+                tenures.append(tenure)
 
     # -- the client ------------------------------------------------------------
 
@@ -370,8 +371,8 @@ class LeaderMachine(RuleBasedStateMachine):
 
 
 LeaderMachine.TestCase.settings = settings(
-    max_examples=60,
-    stateful_step_count=40,
+    max_examples=80,
+    stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
