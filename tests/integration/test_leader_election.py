@@ -49,30 +49,34 @@ async def guarded_write(conn: asyncpg.Connection, value: str, token: int) -> boo
     return bool(status == "UPDATE 1")
 
 
-def election(service: Service, member_id: str, events: list[tuple[str, str, int | None]]) -> LeaderElection:
+def election(
+    service: Service, member_id: str, events: list[tuple[str, str, int | None]], streams: bool = False
+) -> LeaderElection:
     async def elected(token: int) -> None:
         events.append(("elected", member_id, token))
 
     async def revoked() -> None:
         events.append(("revoked", member_id, None))
 
-    # Unary heartbeats: the crash and handover timings are then the protocol's own.
+    # Unary heartbeats unless asked: the crash and handover timings are then the protocol's own.
     return LeaderElection(
         f"127.0.0.1:{service.server.port}",
         "jobs",
         member_id=member_id,
         on_elected=elected,
         on_revoked=revoked,
-        options=MemberOptions(member_stream=False, session_safety_margin_ms=300),
+        options=MemberOptions(member_stream=streams, session_safety_margin_ms=300),
     )
 
 
+@pytest.mark.parametrize("streams", [False, True], ids=["unary", "member-streams"])
 async def test_a_crashed_leader_is_replaced_within_the_session_timeout_and_its_token_is_refused(
-    fast: Service, fence: asyncpg.Connection
+    fast: Service, fence: asyncpg.Connection, streams: bool
 ) -> None:
     events: list[tuple[str, str, int | None]] = []
-    a = election(fast, "a", events)
-    b = election(fast, "b", events)
+    # With streams both share the process's one stream: the crash must not take b's with it.
+    a = election(fast, "a", events, streams)
+    b = election(fast, "b", events, streams)
     await a.start()
     async with asyncio.timeout(5):
         old = await a.wait_elected()
