@@ -33,7 +33,9 @@ Checked:
   `updateMemberEpoch` does. So a member that repeats an epoch after at least two of its calls
   at that epoch may have moved it on unseen (calls without an answer, and answers it never
   applied: a member stream's answer that came after the member stopped waiting for it) is
-  fenced with FENCED_MEMBER_EPOCH and rejoins;
+  fenced with FENCED_MEMBER_EPOCH and rejoins. Such a late answer (a paused replica answers the
+  calls queued on its member stream when it wakes) is dropped by the client: it fences nobody and
+  moves no epoch, so it is only counted, and checked for two owners;
 - at the end, with every replica up again: every group Stable at its target, every
   partition of its topic owned by exactly one member.
 """
@@ -221,6 +223,8 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
         #: Stream calls a member stopped waiting for (it sent its next call): counted unseen
         #: once, when the next call went out, not again when their answer comes late.
         self._abandoned: set[tuple[int, int]] = set()
+        #: Answers to calls their member had given up, which its client dropped.
+        self.late_answers = 0
         #: Per member: its last calls and their outcomes, told with a violation.
         self.calls: dict[str, deque[str]] = {}
         self._started = time.monotonic()
@@ -329,7 +333,14 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
         lost = self.unseen_at[member, request.member_epoch]
         outcome = f"{common_pb2.ErrorCode.Name(code)} at epoch {response.member_epoch}"  # type: ignore[arg-type]
         self._note(member, f"answered {outcome}" if waited else f"late answer {outcome}")
-        if waited and code == common_pb2.NONE and response.member_epoch != request.member_epoch:
+        if not waited:
+            # The answer to a call the member gave up (a replica that slept through it
+            # answers when it wakes): the client drops it, so it fences nobody and moves
+            # no epoch. Only the ownership check below applies.
+            self.late_answers += 1
+            self._check_owners()
+            return
+        if code == common_pb2.NONE and response.member_epoch != request.member_epoch:
             # Moved on: the member's next call carries the new epoch if it applied the answer.
             self.unseen(request)
         if code in FENCING and request.member_epoch > 0 and self._lost_two_answers(lost, response):
@@ -349,6 +360,9 @@ class HeartbeatWatch(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc
             if response.member_epoch < before:
                 self.violations.add(f"{member} epoch went back from {before} to {response.member_epoch}")
             self.epochs[member] = max(before, response.member_epoch)
+        self._check_owners()
+
+    def _check_owners(self) -> None:
         for v in self.registry.violations:
             if v not in self.violations.found:
                 self.violations.add(f"two owners: {v}")
@@ -737,6 +751,7 @@ class Chaos:
             "member_streams_opened": self.watch.streams,
             "transport_errors": dict(self.watch.transport_errors),
             "fenced_after_lost_answers": sum(self.watch.fenced_after_lost.values()),
+            "late_answers": self.watch.late_answers,
             "converged_s": round(converged_s, 2),
             "violations": len(self.violations.found),
         }
@@ -758,6 +773,7 @@ class Chaos:
             f"{self.watch.streamed} on {self.watch.streams} member streams); "
             f"transport errors {errors}; "
             f"fenced after two lost answers {sum(self.watch.fenced_after_lost.values())}; "
+            f"late answers dropped {self.watch.late_answers}; "
             f"converged in {converged_s:.1f} s after the last fault; "
             f"violations {len(self.violations.found)}"
         )

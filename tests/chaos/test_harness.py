@@ -104,7 +104,7 @@ def test_a_stream_call_the_member_gave_up_counts_once_and_its_late_answer_not_ag
     watch.sending(at_3, "stream 1", (1, 7))
     watch.sending(at_3, "stream 1", (1, 8))  # the member stopped waiting for call 7: one unseen
     watch.check(at_3, Response(member_epoch=4), (1, 7))  # 7's late answer: already counted
-    assert watch.unseen_at["g/m", 3] == 1
+    assert watch.unseen_at["g/m", 3] == 1 and watch.late_answers == 1
     watch.check(at_3, _fenced(3, 4), (1, 8))
     assert len(watch.violations.found) == 1
     assert "gave up waiting for the previous call" in watch.violations.found[0]
@@ -114,3 +114,25 @@ def test_a_stream_call_the_member_gave_up_counts_once_and_its_late_answer_not_ag
     watch.sending(at_3, "unary", None)
     watch.check(at_3, _fenced(3, 4))
     assert len(watch.violations.found) == 1 and watch.fenced_after_lost == {"g/m": 1}
+
+
+def test_a_late_answer_fences_nobody_and_moves_no_epoch() -> None:
+    """A replica that slept through a call answers it when it wakes; the member gave up on
+    it and its client drops the answer: neither a fencing nor an epoch going back."""
+    watch, registry, _ = _watch()
+    at_5, at_6 = (Request(group_id="g", member_id="m", member_epoch=e) for e in (5, 6))
+    watch.sending(at_5, "stream 1", (1, 1))
+    watch.sending(at_5, "stream 2", (2, 1))  # gave up on the sleeping replica's stream
+    watch.check(at_5, Response(member_epoch=6), (2, 1))
+    watch.sending(at_6, "stream 2", (2, 2))
+    watch.check(at_6, Response(member_epoch=6), (2, 2))
+    watch.check(at_5, _fenced(5, 6), (1, 1))  # the sleeper wakes and answers call 1
+    assert watch.violations.found == [] and watch.late_answers == 1 and watch.fenced_after_lost == {}
+    # Two owners are still caught on a late answer.
+    tp = TopicPartition("t", 0, "id")
+    registry.listener("a").on_partitions_assigned(frozenset({tp}))
+    registry.listener("b").on_partitions_assigned(frozenset({tp}))
+    watch.sending(at_6, "stream 2", (2, 3))
+    watch.sending(at_6, "stream 2", (2, 4))
+    watch.check(at_6, Response(member_epoch=6), (2, 3))
+    assert watch.violations.found == ["two owners: t-0 given to b while a holds it"]
