@@ -56,6 +56,11 @@ class GroupSpec:
     #: sees them and every assignor balances the others as if they had left; the
     #: coordinator gives each of them an empty target (`assign_target`).
     withheld: Mapping[str, Assignment] = field(default_factory=dict)
+    #: Whether some member's capacity is not 1. Set by the coordinator, which
+    #: builds every MemberSpec and so knows it for free; None: the assignor finds
+    #: out with a pass over the members (0.15 ms at 10,000, which the unweighted
+    #: fast path of the uniform assignor should not pay on every target).
+    weighted: bool | None = None
 
     def is_homogeneous(self) -> bool:
         """True when every member subscribes to the same topics (Kafka's HOMOGENEOUS)."""
@@ -65,6 +70,13 @@ class GroupSpec:
         # list.count compares by identity first, and members with the same
         # subscription usually share one frozenset: a C loop, not a Python one.
         return not subscriptions or subscriptions.count(subscriptions[0]) == len(subscriptions)
+
+    def is_weighted(self) -> bool:
+        """True when some member's capacity is not 1."""
+        if self.weighted is not None:
+            return self.weighted
+        capacities = [m.capacity for m in self.members.values()]
+        return capacities.count(1) != len(capacities)
 
 
 class GroupAssignment(Mapping[str, Assignment]):

@@ -32,6 +32,7 @@ from operator import attrgetter, gt, le, lt
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec
+from .racks import racks_in_play
 
 _num_partitions = attrgetter("num_partitions")
 
@@ -66,6 +67,14 @@ def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> Mapping[
     member_ids = list(spec.members)
     if not topic_ids:
         return GroupAssignment(member_ids, [EMPTY_ASSIGNMENT] * len(member_ids))
+    weighted = spec.is_weighted()
+    racks = racks_in_play(spec.members.values(), map(topics.__getitem__, topic_ids))
+    if weighted or racks:
+        # Weighted members or racks: another algorithm (placement.py), imported
+        # here because it reuses this module's helpers.
+        from .placement import assign_by_quota
+
+        return assign_by_quota(spec, topic_ids, sizes, weighted, racks)
     # A comprehension, not map(attrgetter): the specialised slot load is 2x faster.
     currents = [m.current for m in spec.members.values()]
     if not any(currents):
