@@ -31,25 +31,39 @@ The steps, once quotas are fixed:
      local pair, which 2 ranks above 3);
   C. each member with room keeps its other current partitions not taken in B;
   D. members with room, by id, take what is left in the global order.
+
+Speed. Work is per member only where something happens to it: a member that
+keeps its whole current target costs a count (and, with racks, one subset
+test per topic it holds) and is returned as the very same object; the pools
+of B and D are built only over topics where something is free, and a run of
+empty members with equal room takes its blocks in one comprehension.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections import deque
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import starmap
-from operator import ge, le
+from itertools import accumulate, chain, compress, groupby, pairwise, repeat, starmap
+from operator import eq, ge, gt, le, not_, sub
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec
-from .racks import partitions_by_rack, rack_gains, rack_sizes
+from .racks import ordered_by_rack, partitions_by_rack, rack_gains
 from .shares import choose_extras, equal_shares, shares
 from .uniform import _in_order as in_order
 from .uniform import _sanitize as sanitize
 from .uniform import _scan as scan
 
-#: Per topic, the partitions of each rack.
-RackIndex = Mapping[str, Mapping[str, frozenset[int]]]
+#: Per rack, per topic, the rack's partitions of the topic.
+LocalIndex = Mapping[str, Mapping[str, frozenset[int]]]
+#: The same, as ascending tuples.
+OrderedIndex = Mapping[str, Mapping[str, tuple[int, ...]]]
+#: Segments of partitions to hand out, in order: (topic id, partitions
+#: ascending, and the same as a set when one exists, to record whole segments
+#: as taken without copying them).
+Pool = list[tuple[str, Sequence[int], AbstractSet[int] | None]]
 
 
 def assign_by_quota(
@@ -60,58 +74,64 @@ def assign_by_quota(
     member_ids = list(spec.members)
     members = list(spec.members.values())
     total = sum(sizes)
-    currents, counts = _valid_currents(member_ids, [m.current for m in members], topic_ids, sizes)
+    currents = [m.current for m in members]
+    unheld: dict[str, AbstractSet[int]] | None = None  # None: nothing is held
+    counts = [0] * len(members)
+    if any(currents):
+        currents, counts, unheld = _valid_currents(member_ids, currents, topic_ids, sizes)
     if weighted:
         floors, candidates, extra = shares(total, [m.capacity for m in members])
     else:
         floors, candidates, extra = equal_shares(total, len(members))
+    balanced = unheld is not None and not unheld and _within(counts, floors, candidates)
+
     member_racks: list[str | None] | None = None
-    index: dict[str, Mapping[str, frozenset[int]]] = {}
+    local_of: dict[str, dict[str, frozenset[int]]] = {}
+    ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
     gains: dict[str, int] = {}
+    local_counts: list[int] = []
     if racks:
         member_racks = [m.rack_id for m in members]
-        for topic_id in topic_ids:
-            topic = spec.topics[topic_id]
-            if topic.partition_racks:
-                index[topic_id] = partitions_by_rack(topic.partition_racks)
-        known = {rack for rack in member_racks if rack is not None}
-        rack_counts = rack_sizes((spec.topics[t] for t in index), known)
+        local_of, ordered_of = _local_index(spec, topic_ids, member_racks)
+        rack_counts = {r: sum(map(len, by_topic.values())) for r, by_topic in local_of.items()}
         base_local, gains = rack_gains(member_racks, floors, candidates, rack_counts)
-        if sum(counts) == total and _within(counts, floors, candidates):
-            best = base_local + min(extra, sum(gains.values()))
-            if _local_pairs(currents, member_racks, index) == best:
-                return GroupAssignment(member_ids, currents)
-    elif sum(counts) == total and _within(counts, floors, candidates):
+        if unheld is not None:
+            local_counts = _local_counts(currents, member_racks, local_of)
+        if balanced and sum(local_counts) == base_local + min(extra, sum(gains.values())):
+            return GroupAssignment(member_ids, currents)
+    elif balanced:
         return GroupAssignment(member_ids, currents)
 
     order = list(range(len(members))) if in_order(member_ids) else _id_order(member_ids)
     chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains)
     quotas = [f + c for f, c in zip(floors, chosen, strict=True)]
-    plan = _Plan(currents, quotas, topic_ids, sizes)
+    build = _Build(currents, counts, quotas, order, topic_ids, sizes, unheld)
     if member_racks is not None:
-        plan.keep_local(member_racks, index)
-        plan.fill_local(order, member_racks, index)
-    plan.keep_rest()
-    plan.fill_rest(order)
-    return GroupAssignment(member_ids, plan.result())
+        build.keep_local(member_racks, local_of, local_counts)
+        build.fill_local(member_racks, local_of, ordered_of)
+    build.keep_rest()
+    build.fill_rest()
+    return GroupAssignment(member_ids, build.out)
 
 
 def _valid_currents(
     member_ids: list[str], currents: list[Assignment], topic_ids: list[str], sizes: list[int]
-) -> tuple[list[Assignment], list[int]]:
+) -> tuple[list[Assignment], list[int], dict[str, AbstractSet[int]]]:
     """Current targets without stale topics, partitions past the end or held
-    twice (the rack-blind code's checks), and each one's size."""
+    twice (the rack-blind code's checks), each one's size, and per topic its
+    unheld partitions (topics with none left out)."""
     counts, holdings, stale = scan(currents, topic_ids, sizes)
-    unheld = sum(map(len, starmap(frozenset.difference, holdings.values())))
-    if sum(sizes) - unheld != sum(counts):
+    rest = list(starmap(frozenset.difference, holdings.values()))
+    if sum(sizes) - sum(map(len, rest)) != sum(counts):
         currents = sanitize(member_ids, currents, dict(zip(topic_ids, sizes, strict=True)))
-        counts, _, stale = scan(currents, topic_ids, sizes)
+        counts, holdings, stale = scan(currents, topic_ids, sizes)
+        rest = list(starmap(frozenset.difference, holdings.values()))
     if stale:
         valid = frozenset(topic_ids)
         currents = list(currents)
         for i in stale:
             currents[i] = {t: p for t, p in currents[i].items() if t in valid}
-    return currents, counts
+    return currents, counts, {t: r for t, r in zip(topic_ids, rest, strict=True) if r}
 
 
 def _within(counts: list[int], floors: list[int], candidates: list[bool]) -> bool:
@@ -121,16 +141,43 @@ def _within(counts: list[int], floors: list[int], candidates: list[bool]) -> boo
     return all(map(ge, counts, floors)) and all(map(le, counts, ceilings))
 
 
-def _local_pairs(currents: Sequence[Assignment], member_racks: Sequence[str | None], index: RackIndex) -> int:
-    local = 0
-    for current, rack in zip(currents, member_racks, strict=True):
-        if rack is None:
+def _local_index(
+    spec: GroupSpec, topic_ids: list[str], member_racks: list[str | None]
+) -> tuple[dict[str, dict[str, frozenset[int]]], dict[str, dict[str, tuple[int, ...]]]]:
+    """Per member rack, per topic, that rack's partitions of the topic: as sets
+    and as ascending tuples (both memoised per layout)."""
+    wanted = set(member_racks)
+    local_of: dict[str, dict[str, frozenset[int]]] = {}
+    ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
+    for topic_id in topic_ids:
+        layout = spec.topics[topic_id].partition_racks
+        if layout:
+            ordered = ordered_by_rack(layout)
+            for rack, partitions in partitions_by_rack(layout).items():
+                if rack in wanted:
+                    local_of.setdefault(rack, {})[topic_id] = partitions
+                    ordered_of.setdefault(rack, {})[topic_id] = ordered[rack]
+    return local_of, ordered_of
+
+
+def _local_counts(
+    currents: Sequence[Assignment], member_racks: Sequence[str | None], local_of: LocalIndex
+) -> list[int]:
+    """Each member's current partitions of its own rack."""
+    out = [0] * len(currents)
+    for i, current in enumerate(currents):
+        rack = member_racks[i]
+        if not current or rack is None or rack not in local_of:
             continue
-        for topic_id, partitions in current.items():
-            mine = index.get(topic_id, {}).get(rack)
-            if mine is not None:
-                local += len(partitions & mine)
-    return local
+        mine = local_of[rack]
+        local = 0
+        for topic_id in current:
+            found = mine.get(topic_id)
+            if found is not None:
+                partitions = current[topic_id]
+                local += len(partitions) if partitions <= found else len(partitions & found)
+        out[i] = local
+    return out
 
 
 def _id_order(member_ids: list[str]) -> list[int]:
@@ -146,165 +193,308 @@ def first_in_order(partitions: Mapping[str, AbstractSet[int]], k: int) -> dict[s
         held = partitions[topic_id]
         if not held:
             continue
-        if len(held) <= k:
-            out[topic_id] = frozenset(held)
-        else:
-            out[topic_id] = frozenset(sorted(held)[:k])
+        out[topic_id] = frozenset(held) if len(held) <= k else frozenset(sorted(held)[:k])
         k -= len(out[topic_id])
     return out
 
 
-class _Plan:
-    """The target under construction: what each member has so far and its room
-    left. A member that ends with exactly its current target gets that very
-    object back (the caller's diff is then an identity check)."""
+def _count(assignment: Mapping[str, AbstractSet[int]]) -> int:
+    return sum(map(len, assignment.values()))
 
-    def __init__(self, currents: list[Assignment], quotas: list[int], topic_ids: list[str], sizes: list[int]):
+
+class _Build:
+    """The target under construction. `out[i]` is member i's target so far
+    (its current one until something changes) and `room[i]` what it may still
+    take; partitions given up go to `released`, partitions B hands out to
+    `taken` (per topic)."""
+
+    def __init__(
+        self,
+        currents: list[Assignment],
+        counts: list[int],
+        quotas: list[int],
+        order: list[int],
+        topic_ids: list[str],
+        sizes: list[int],
+        unheld: Mapping[str, AbstractSet[int]] | None,
+    ) -> None:
         self.currents = currents
         self.quotas = quotas
+        self.order = order
         self.topic_ids = topic_ids
         self.sizes = dict(zip(topic_ids, sizes, strict=True))
-        #: What each member has so far: None while nothing is decided for it.
-        self.got: list[dict[str, AbstractSet[int]] | None] = [None] * len(currents)
-        self.room = list(quotas)
-        #: Per topic, the pieces assigned so far (subtracted at the end, in C).
-        self.pieces: dict[str, list[AbstractSet[int]]] = {t: [] for t in topic_ids}
-        #: Per topic, partitions that B gave to a member other than their holder.
-        self.taken: dict[str, set[int]] = {}
+        #: None: nothing was held, every partition is free.
+        self.unheld = unheld
+        self.out: list[Assignment] = list(currents)
+        #: Room left if each member kept its whole current target.
+        self.room = list(map(sub, quotas, counts))
+        self.released: dict[str, set[int]] = {}
+        #: Per topic, the pieces B handed out (subtracted in C and D, in C).
+        self.taken: dict[str, list[AbstractSet[int]]] = {}
+        #: Members whose other (non-local) partitions wait for C, with them.
+        self.pending: dict[int, Assignment] = {}
+        #: Per rack, per topic, the pieces its members kept in A.
+        self.kept_local: dict[str, dict[str, list[frozenset[int]]]] = {}
 
-    def _give(self, i: int, topic_id: str, partitions: AbstractSet[int]) -> None:
-        got = self.got[i]
-        if got is None:
-            got = self.got[i] = {}
-        before = got.get(topic_id)
-        got[topic_id] = partitions if before is None else frozenset(before) | partitions
-        self.room[i] -= len(partitions)
-        self.pieces[topic_id].append(partitions)
+    def _release(self, current: Mapping[str, AbstractSet[int]], kept: Mapping[str, AbstractSet[int]]) -> None:
+        for topic_id, partitions in current.items():
+            rest = partitions - kept[topic_id] if topic_id in kept else partitions
+            if rest:
+                self.released.setdefault(topic_id, set()).update(rest)
 
-    def keep_local(self, member_racks: Sequence[str | None], index: RackIndex) -> None:
-        """A: each member keeps its current partitions of its rack, up to its quota."""
-        for i, rack in enumerate(member_racks):
-            if rack is None or not self.currents[i]:
+    def _note_local(self, rack: str, kept: Mapping[str, frozenset[int]]) -> None:
+        by_topic = self.kept_local.setdefault(rack, {})
+        for topic_id, partitions in kept.items():
+            pieces = by_topic.get(topic_id)
+            if pieces is None:
+                by_topic[topic_id] = [partitions]
+            else:
+                pieces.append(partitions)
+
+    def keep_local(
+        self, member_racks: Sequence[str | None], local_of: LocalIndex, local_counts: list[int]
+    ) -> None:
+        """A: each member keeps its current partitions of its rack, up to its quota;
+        the others wait for C."""
+        if not local_counts:
+            return  # nothing is held
+        for i, current in enumerate(self.currents):
+            if not current:
                 continue
-            local: dict[str, frozenset[int]] = {}
-            for topic_id, partitions in self.currents[i].items():
-                mine = index.get(topic_id, {}).get(rack)
-                if mine is not None:
-                    both = partitions & mine
-                    if both:
-                        local[topic_id] = both
-            if sum(map(len, local.values())) > self.quotas[i]:
-                local = first_in_order(local, self.quotas[i])
-            for topic_id, partitions in local.items():
-                self._give(i, topic_id, partitions)
-            if self.got[i] is None:
-                self.got[i] = {}
-
-    def fill_local(self, order: Sequence[int], member_racks: Sequence[str | None], index: RackIndex) -> None:
-        """B: per rack, its members with room (by id) take its unkept partitions,
-        unheld ones first."""
-        takers: dict[str, list[int]] = {}
-        for i in order:
             rack = member_racks[i]
-            if rack is not None and self.room[i] > 0:
-                takers.setdefault(rack, []).append(i)
+            quota = self.quotas[i]
+            if rack is None or not local_counts[i]:
+                self.pending[i] = current
+                self.out[i] = EMPTY_ASSIGNMENT
+                self.room[i] = quota
+                continue
+            count = quota - self.room[i]
+            if local_counts[i] == count:  # all local
+                if count <= quota:
+                    self._note_local(rack, current)
+                    continue
+                kept = first_in_order(current, quota)
+                self._release(current, kept)
+                self.out[i] = kept
+                self.room[i] = 0
+                self._note_local(rack, kept)
+                continue
+            mine = local_of[rack]
+            local: dict[str, frozenset[int]] = {}
+            other: dict[str, frozenset[int]] = {}
+            for topic_id, partitions in current.items():
+                found = mine.get(topic_id)
+                both = partitions & found if found is not None else frozenset()
+                if both:
+                    local[topic_id] = both
+                    if len(both) < len(partitions):
+                        other[topic_id] = partitions - both
+                else:
+                    other[topic_id] = partitions
+            if local_counts[i] > quota:
+                kept = first_in_order(local, quota)
+                self._release(local, kept)
+                local = kept
+            self.out[i] = local
+            self.room[i] = quota - _count(local)
+            self.pending[i] = other
+            self._note_local(rack, local)
+
+    def fill_local(
+        self, member_racks: Sequence[str | None], local_of: LocalIndex, ordered_of: OrderedIndex
+    ) -> None:
+        """B: per rack, its members with room (by id) take its partitions no one
+        kept: unheld or given up ones first (they move anyway), then those held
+        by members of other racks."""
+        takers = self._takers_by_rack(member_racks, local_of)
         if not takers:
             return
-        # Per topic, its current holdings, to tell unheld partitions from held ones.
-        holdings: dict[str, list[frozenset[int]]] = {}
-        for current in self.currents:
-            for topic_id, partitions in current.items():
-                holdings.setdefault(topic_id, []).append(partitions)
+        if self.unheld is None:  # nothing held: each rack's partitions, whole
+            for rack in sorted(takers):
+                mine, ordered = local_of[rack], ordered_of[rack]
+                pool: Pool = [(t, ordered[t], mine[t]) for t in self.topic_ids if t in mine]
+                self._hand_out(takers[rack], pool, self.taken)
+            return
+        # Where a rack's unkept partitions can be: unheld, released in A, or held
+        # by a member of another rack (pending).
+        free: dict[str, set[int]] = {t: set(p) for t, p in self.unheld.items()}
+        for topic_id, given_up in self.released.items():
+            free.setdefault(topic_id, set()).update(given_up)
+        others: dict[str, list[AbstractSet[int]]] = {}
+        for other in self.pending.values():
+            for topic_id, held_now in other.items():
+                others.setdefault(topic_id, []).append(held_now)
         for rack in sorted(takers):
-            unheld: list[tuple[str, list[int]]] = []
-            others: list[tuple[str, list[int]]] = []
-            for topic_id in self.topic_ids:
-                mine = index.get(topic_id, {}).get(rack)
-                if mine is None:
+            mine = local_of[rack]
+            pool = []
+            held: Pool = []
+            for topic_id in sorted(free.keys() | others.keys()):
+                ours = mine.get(topic_id)
+                if ours is None:
                     continue
-                rest = mine.difference(*self.pieces[topic_id])
-                if rest:
-                    free = rest.difference(*holdings.get(topic_id, ()))
-                    unheld.append((topic_id, sorted(free)))
-                    others.append((topic_id, sorted(rest - free)))
-            self._hand_out(takers[rack], unheld + others, mark_taken=True)
+                if topic_id in free:
+                    unkept = ours & free[topic_id]
+                    if unkept:
+                        pool.append((topic_id, sorted(unkept), None))
+                if topic_id in others:
+                    elsewhere = ours.intersection(frozenset().union(*others[topic_id]))
+                    if elsewhere:
+                        held.append((topic_id, sorted(elsewhere), None))
+            self._hand_out(takers[rack], pool + held, self.taken)
+
+    def _takers_by_rack(
+        self, member_racks: Sequence[str | None], local_of: LocalIndex
+    ) -> dict[str, list[int]]:
+        """Per rack with partitions, its members with room, by id. C passes
+        per rack when racks are few (the usual case), else one Python loop."""
+        room = self.room
+        order = [i for i in self.order if room[i] > 0] if min(room) <= 0 else self.order
+        takers: dict[str, list[int]] = {}
+        if len(local_of) <= 8:
+            racks_in_order = list(map(member_racks.__getitem__, order))
+            for rack in local_of:
+                found = list(compress(order, map(eq, racks_in_order, repeat(rack))))
+                if found:
+                    takers[rack] = found
+            return takers
+        for i in order:
+            member_rack = member_racks[i]
+            if member_rack is not None and member_rack in local_of:
+                takers.setdefault(member_rack, []).append(i)
+        return takers
 
     def keep_rest(self) -> None:
-        """C: each member with room keeps its other current partitions (those
-        B did not give away), up to its quota."""
-        for i, current in enumerate(self.currents):
-            room = self.room[i]
-            if not current or room <= 0:
-                continue
-            got = self.got[i]
-            if got is None and not self.taken:
-                # Nothing decided yet: the whole target stays if it fits.
-                size = sum(map(len, current.values()))
-                if size <= room:
-                    self.got[i] = dict(current)
-                    self.room[i] -= size
-                    for topic_id, partitions in current.items():
-                        self.pieces[topic_id].append(partitions)
-                    continue
+        """C: members keep their other current partitions (those B did not give
+        away) up to their room; without racks, members above their quota cut
+        down to it (the first partitions in the global order stay)."""
+        if not self.pending:
+            for i in compress(range(len(self.room)), map(gt, repeat(0), self.room)):
+                current = self.currents[i]
+                kept = first_in_order(current, self.quotas[i])
+                self._release(current, kept)
+                self.out[i] = kept
+                self.room[i] = 0
+            return
+        for i, other in self.pending.items():
             left: dict[str, AbstractSet[int]] = {}
-            for topic_id, partitions in current.items():
-                rest = partitions
-                if got is not None and topic_id in got:
-                    rest = rest - got[topic_id]
-                taken = self.taken.get(topic_id)
-                if taken:
-                    rest = rest - taken
+            for topic_id, partitions in other.items():
+                pieces = self.taken.get(topic_id)
+                rest = partitions.difference(*pieces) if pieces else partitions
                 if rest:
                     left[topic_id] = rest
-            for topic_id, partitions in first_in_order(left, room).items():
-                self._give(i, topic_id, partitions)
+            kept = first_in_order(left, self.room[i])
+            self._release(left, kept)
+            if kept:
+                got = dict(self.out[i])
+                for topic_id, partitions in kept.items():
+                    before = got.get(topic_id)
+                    got[topic_id] = partitions if before is None else before | partitions
+                self.room[i] -= _count(kept)
+                current = self.currents[i]
+                # Back to the very object when nothing changed.
+                self.out[i] = current if got == current else got
 
-    def fill_rest(self, order: Sequence[int]) -> None:
+    def fill_rest(self) -> None:
         """D: members with room, by id, take the unassigned partitions in the global order."""
-        takers = [i for i in order if self.room[i] > 0]
+        room = self.room
+        takers = [i for i in self.order if room[i] > 0]
         if not takers:
             return
-        pool: list[tuple[str, Sequence[int]]] = []
-        for topic_id in self.topic_ids:
-            size = self.sizes[topic_id]
-            pieces = self.pieces[topic_id]
-            if not pieces:
-                pool.append((topic_id, range(size)))
-            elif sum(map(len, pieces)) < size:
-                pool.append((topic_id, sorted(frozenset(range(size)).difference(*pieces))))
-        self._hand_out(takers, pool, mark_taken=False)
+        pool: Pool = []
+        if self.unheld is None and not self.taken:
+            pool = [(t, range(self.sizes[t]), None) for t in self.topic_ids]
+        else:
+            unheld = self.unheld
+            candidates = self.topic_ids if unheld is None else sorted(unheld.keys() | self.released.keys())
+            for topic_id in candidates:
+                pieces = self.taken.get(topic_id, [])
+                released = self.released.get(topic_id)
+                if unheld is None:
+                    size = self.sizes[topic_id]
+                    if not released and sum(map(len, pieces)) == size:
+                        continue  # all taken in B
+                    rest = set(range(size))
+                else:
+                    rest = set(unheld.get(topic_id, ()))
+                if released:
+                    rest.update(released)
+                rest.difference_update(*pieces)
+                if rest:
+                    pool.append((topic_id, sorted(rest), None))
+        self._hand_out(takers, pool, None)
 
     def _hand_out(
-        self, takers: list[int], pool: Sequence[tuple[str, Sequence[int]]], mark_taken: bool
+        self, takers: list[int], pool: Pool, taken: dict[str, list[AbstractSet[int]]] | None
     ) -> None:
-        """Each taker in turn takes the next partitions of `pool` up to its room."""
-        segment = pos = 0
-        for i in takers:
-            need = self.room[i]
-            while need and segment < len(pool):
-                topic_id, free = pool[segment]
-                take = min(need, len(free) - pos)
-                added = frozenset(free[pos : pos + take])
-                if added:
-                    self._give(i, topic_id, added)
-                    if mark_taken:
-                        self.taken.setdefault(topic_id, set()).update(added)
-                need -= take
-                pos += take
-                if pos == len(free):
-                    segment, pos = segment + 1, 0
-            if segment == len(pool):
-                return
+        """Each taker in turn takes the next partitions of `pool` up to its room
+        (and, with `taken`, records them there).
 
-    def result(self) -> list[Assignment]:
-        out: list[Assignment] = []
-        for current, got in zip(self.currents, self.got, strict=True):
-            if got is None:
-                out.append(EMPTY_ASSIGNMENT)
-            elif got.keys() == current.keys() and all(
-                got[t] is current[t] or got[t] == current[t] for t in got
-            ):
-                out.append(current)
-            else:
-                out.append({t: p if isinstance(p, frozenset) else frozenset(p) for t, p in got.items() if p})
-        return out
+        The pool is flattened into one list of partitions beside the index of
+        their segment, built in C, so that a run of takers with nothing yet and
+        equal room takes its blocks in one comprehension, however short the
+        segments (a topic's share of one rack may be a partition or two)."""
+        if not pool:
+            return
+        out, room = self.out, self.room
+        lengths = [len(segment) for _, segment, _ in pool]
+        topics = [topic_id for topic_id, _, _ in pool]
+        parts = list(chain.from_iterable([segment for _, segment, _ in pool]))
+        where = list(chain.from_iterable(starmap(repeat, zip(range(len(pool)), lengths, strict=True))))
+        n = len(parts)
+        # Runs of takers with nothing yet, found by C passes: each takes its
+        # block (ends by accumulate) in one comprehension; the others one by one.
+        empties = list(map(not_, map(out.__getitem__, takers)))
+        pos = k = 0
+        for empty, same in groupby(empties):
+            count = len(list(same))
+            if empty:
+                ends = list(accumulate(map(room.__getitem__, takers[k : k + count]), initial=pos))
+                fits = bisect_right(ends, n) - 1
+                if fits:
+                    blocks = [
+                        {topics[where[a]]: frozenset(parts[a:b])}
+                        if where[a] == where[b - 1]
+                        else _split(topics, where, parts, a, b - a)
+                        for a, b in pairwise(ends[: fits + 1])
+                    ]
+                    run = takers[k : k + fits]
+                    deque(map(out.__setitem__, run, blocks), maxlen=0)
+                    deque(map(room.__setitem__, run, repeat(0)), maxlen=0)
+                    pos, k, count = ends[fits], k + fits, count - fits
+            while count and pos < n:
+                i = takers[k]
+                take = min(room[i], n - pos)
+                got = dict(out[i])
+                for topic_id, added in _split(topics, where, parts, pos, take).items():
+                    before = got.get(topic_id)
+                    got[topic_id] = added if before is None else before | added
+                out[i] = got
+                room[i] -= take
+                pos += take
+                k += 1
+                count -= 1
+            if pos == n:
+                break
+        if taken is not None:
+            for (topic_id, segment, whole), length in zip(pool, lengths, strict=True):
+                if pos <= 0:
+                    break
+                if length > pos:
+                    piece: AbstractSet[int] = frozenset(segment[:pos])
+                else:
+                    piece = frozenset(segment) if whole is None else whole
+                taken.setdefault(topic_id, []).append(piece)
+                pos -= length
+
+
+def _split(
+    topics: list[str], where: list[int], parts: list[int], start: int, count: int
+) -> dict[str, frozenset[int]]:
+    """parts[start : start + count] by topic (`where`: each one's segment)."""
+    out: dict[str, frozenset[int]] = {}
+    for segment, indices in groupby(range(start, start + count), where.__getitem__):
+        topic_id = topics[segment]
+        added = frozenset(map(parts.__getitem__, indices))
+        before = out.get(topic_id)
+        out[topic_id] = added if before is None else before | added
+    return out

@@ -30,6 +30,7 @@ rack-to-rack network, which is why no flow needs to run).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from operator import attrgetter
@@ -55,6 +56,12 @@ def partitions_by_rack(racks: tuple[str, ...]) -> Mapping[str, frozenset[int]]:
         else:
             found.append(partition)
     return {rack: frozenset(partitions) for rack, partitions in grouped.items()}
+
+
+@lru_cache(maxsize=4096)
+def ordered_by_rack(racks: tuple[str, ...]) -> Mapping[str, tuple[int, ...]]:
+    """`partitions_by_rack`, each rack's partitions as an ascending tuple."""
+    return {rack: tuple(sorted(partitions)) for rack, partitions in partitions_by_rack(racks).items()}
 
 
 def racks_in_play(members: Iterable[MemberSpec], topics: Iterable[Topic]) -> bool:
@@ -87,11 +94,22 @@ def rack_gains(
     to its members would each add a local pair (see the module docs)."""
     floor_sum: dict[str, int] = {}
     candidate_count: dict[str, int] = {}
-    for rack, floor, candidate in zip(member_racks, floors, candidates, strict=True):
-        if rack is None or rack not in sizes:
-            continue
-        floor_sum[rack] = floor_sum.get(rack, 0) + floor
-        candidate_count[rack] = candidate_count.get(rack, 0) + candidate
+    if (
+        floors
+        and floors.count(floors[0]) == len(floors)
+        and candidates.count(candidates[0]) == len(candidates)
+    ):
+        # Equal shares (every capacity 1): counting members per rack, in C, is enough.
+        for rack, members in Counter(member_racks).items():
+            if rack is not None and rack in sizes:
+                floor_sum[rack] = floors[0] * members
+                candidate_count[rack] = members if candidates[0] else 0
+    else:
+        for rack, floor, candidate in zip(member_racks, floors, candidates, strict=True):
+            if rack is None or rack not in sizes:
+                continue
+            floor_sum[rack] = floor_sum.get(rack, 0) + floor
+            candidate_count[rack] = candidate_count.get(rack, 0) + candidate
     base_local = 0
     gains: dict[str, int] = {}
     for rack, floor_total in floor_sum.items():
