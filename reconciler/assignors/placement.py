@@ -88,11 +88,12 @@ def assign_by_quota(
     member_racks: list[str | None] | None = None
     local_of: dict[str, dict[str, frozenset[int]]] = {}
     ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
+    layouts: list[tuple[frozenset[str], list[str]]] = []
     gains: dict[str, int] = {}
     local_counts: list[int] = []
     if racks:
         member_racks = [m.rack_id for m in members]
-        local_of, ordered_of = _local_index(spec, topic_ids, member_racks)
+        local_of, ordered_of, layouts = _local_index(spec, topic_ids, member_racks)
         rack_counts = {r: sum(map(len, by_topic.values())) for r, by_topic in local_of.items()}
         base_local, gains = rack_gains(member_racks, floors, candidates, rack_counts)
         if unheld is not None:
@@ -108,7 +109,7 @@ def assign_by_quota(
     build = _Build(currents, counts, quotas, order, topic_ids, sizes, unheld)
     if member_racks is not None:
         build.keep_local(member_racks, local_of, local_counts)
-        build.fill_local(member_racks, local_of, ordered_of)
+        build.fill_local(member_racks, local_of, ordered_of, layouts)
     build.keep_rest()
     build.fill_rest()
     return GroupAssignment(member_ids, build.out)
@@ -143,21 +144,38 @@ def _within(counts: list[int], floors: list[int], candidates: list[bool]) -> boo
 
 def _local_index(
     spec: GroupSpec, topic_ids: list[str], member_racks: list[str | None]
-) -> tuple[dict[str, dict[str, frozenset[int]]], dict[str, dict[str, tuple[int, ...]]]]:
-    """Per member rack, per topic, that rack's partitions of the topic: as sets
-    and as ascending tuples (both memoised per layout)."""
-    wanted = set(member_racks)
-    local_of: dict[str, dict[str, frozenset[int]]] = {}
-    ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
+) -> tuple[
+    dict[str, dict[str, frozenset[int]]],
+    dict[str, dict[str, tuple[int, ...]]],
+    list[tuple[frozenset[str], list[str]]],
+]:
+    """Per member rack, per topic, that rack's partitions of the topic, as sets
+    and as ascending tuples (both memoised per layout); and the topics by
+    layout, with the layout's racks. Topics are grouped by layout first (topics
+    created together share one), so that the per-rack entries of a layout's
+    topics are written by C calls."""
+    by_layout: dict[tuple[str, ...], list[str]] = {}
     for topic_id in topic_ids:
         layout = spec.topics[topic_id].partition_racks
         if layout:
-            ordered = ordered_by_rack(layout)
-            for rack, partitions in partitions_by_rack(layout).items():
-                if rack in wanted:
-                    local_of.setdefault(rack, {})[topic_id] = partitions
-                    ordered_of.setdefault(rack, {})[topic_id] = ordered[rack]
-    return local_of, ordered_of
+            found = by_layout.get(layout)
+            if found is None:
+                by_layout[layout] = [topic_id]
+            else:
+                found.append(topic_id)
+    wanted = set(member_racks)
+    local_of: dict[str, dict[str, frozenset[int]]] = {}
+    ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
+    layouts: list[tuple[frozenset[str], list[str]]] = []
+    for layout, same in by_layout.items():
+        ordered = ordered_by_rack(layout)
+        grouped = partitions_by_rack(layout)
+        layouts.append((frozenset(grouped), same))
+        for rack, partitions in grouped.items():
+            if rack in wanted:
+                local_of.setdefault(rack, {}).update(dict.fromkeys(same, partitions))
+                ordered_of.setdefault(rack, {}).update(dict.fromkeys(same, ordered[rack]))
+    return local_of, ordered_of, layouts
 
 
 def _local_counts(
@@ -233,23 +251,14 @@ class _Build:
         self.taken: dict[str, list[AbstractSet[int]]] = {}
         #: Members whose other (non-local) partitions wait for C, with them.
         self.pending: dict[int, Assignment] = {}
-        #: Per rack, per topic, the pieces its members kept in A.
-        self.kept_local: dict[str, dict[str, list[frozenset[int]]]] = {}
+        #: With nothing held and racks: the only topics where D may find partitions.
+        self.leftovers: set[str] | None = None
 
     def _release(self, current: Mapping[str, AbstractSet[int]], kept: Mapping[str, AbstractSet[int]]) -> None:
         for topic_id, partitions in current.items():
             rest = partitions - kept[topic_id] if topic_id in kept else partitions
             if rest:
                 self.released.setdefault(topic_id, set()).update(rest)
-
-    def _note_local(self, rack: str, kept: Mapping[str, frozenset[int]]) -> None:
-        by_topic = self.kept_local.setdefault(rack, {})
-        for topic_id, partitions in kept.items():
-            pieces = by_topic.get(topic_id)
-            if pieces is None:
-                by_topic[topic_id] = [partitions]
-            else:
-                pieces.append(partitions)
 
     def keep_local(
         self, member_racks: Sequence[str | None], local_of: LocalIndex, local_counts: list[int]
@@ -271,13 +280,11 @@ class _Build:
             count = quota - self.room[i]
             if local_counts[i] == count:  # all local
                 if count <= quota:
-                    self._note_local(rack, current)
                     continue
                 kept = first_in_order(current, quota)
                 self._release(current, kept)
                 self.out[i] = kept
                 self.room[i] = 0
-                self._note_local(rack, kept)
                 continue
             mine = local_of[rack]
             local: dict[str, frozenset[int]] = {}
@@ -298,10 +305,13 @@ class _Build:
             self.out[i] = local
             self.room[i] = quota - _count(local)
             self.pending[i] = other
-            self._note_local(rack, local)
 
     def fill_local(
-        self, member_racks: Sequence[str | None], local_of: LocalIndex, ordered_of: OrderedIndex
+        self,
+        member_racks: Sequence[str | None],
+        local_of: LocalIndex,
+        ordered_of: OrderedIndex,
+        layouts: list[tuple[frozenset[str], list[str]]],
     ) -> None:
         """B: per rack, its members with room (by id) take its partitions no one
         kept: unheld or given up ones first (they move anyway), then those held
@@ -310,10 +320,19 @@ class _Build:
         if not takers:
             return
         if self.unheld is None:  # nothing held: each rack's partitions, whole
+            # What D must look at: topics with partitions of racks that took
+            # nothing (or of no member's rack, or no racks), and the topics
+            # where a rack's handout stopped.
+            leftovers = set(self.topic_ids).difference(*(local_of[rack] for rack in takers))
+            for layout_racks, topic_ids in layouts:
+                if not layout_racks <= takers.keys():
+                    leftovers.update(topic_ids)
             for rack in sorted(takers):
                 mine, ordered = local_of[rack], ordered_of[rack]
                 pool: Pool = [(t, ordered[t], mine[t]) for t in self.topic_ids if t in mine]
-                self._hand_out(takers[rack], pool, self.taken)
+                whole = self._hand_out(takers[rack], pool, self.taken)
+                leftovers.update(t for t, _, _ in pool[whole:])
+            self.leftovers = leftovers
             return
         # Where a rack's unkept partitions can be: unheld, released in A, or held
         # by a member of another rack (pending).
@@ -405,7 +424,12 @@ class _Build:
             pool = [(t, range(self.sizes[t]), None) for t in self.topic_ids]
         else:
             unheld = self.unheld
-            candidates = self.topic_ids if unheld is None else sorted(unheld.keys() | self.released.keys())
+            if unheld is not None:
+                candidates = sorted(unheld.keys() | self.released.keys())
+            elif self.leftovers is not None:
+                candidates = sorted(self.leftovers)
+            else:
+                candidates = self.topic_ids
             for topic_id in candidates:
                 pieces = self.taken.get(topic_id, [])
                 released = self.released.get(topic_id)
@@ -425,21 +449,23 @@ class _Build:
 
     def _hand_out(
         self, takers: list[int], pool: Pool, taken: dict[str, list[AbstractSet[int]]] | None
-    ) -> None:
+    ) -> int:
         """Each taker in turn takes the next partitions of `pool` up to its room
-        (and, with `taken`, records them there).
+        (and, with `taken`, records them there). Returns how many segments were
+        handed out whole.
 
         The pool is flattened into one list of partitions beside the index of
         their segment, built in C, so that a run of takers with nothing yet and
         equal room takes its blocks in one comprehension, however short the
         segments (a topic's share of one rack may be a partition or two)."""
         if not pool:
-            return
+            return 0
         out, room = self.out, self.room
         lengths = [len(segment) for _, segment, _ in pool]
         topics = [topic_id for topic_id, _, _ in pool]
         parts = list(chain.from_iterable([segment for _, segment, _ in pool]))
         where = list(chain.from_iterable(starmap(repeat, zip(range(len(pool)), lengths, strict=True))))
+        starts = list(accumulate(lengths, initial=0))
         n = len(parts)
         # Runs of takers with nothing yet, found by C passes: each takes its
         # block (ends by accumulate) in one comprehension; the others one by one.
@@ -451,12 +477,20 @@ class _Build:
                 ends = list(accumulate(map(room.__getitem__, takers[k : k + count]), initial=pos))
                 fits = bisect_right(ends, n) - 1
                 if fits:
-                    blocks = [
-                        {topics[where[a]]: frozenset(parts[a:b])}
-                        if where[a] == where[b - 1]
-                        else _split(topics, where, parts, a, b - a)
-                        for a, b in pairwise(ends[: fits + 1])
-                    ]
+                    blocks: list[Assignment]
+                    if ends[fits] - pos == fits:  # one partition each
+                        stop = ends[fits]
+                        blocks = [
+                            {topics[s]: frozenset((p,))}
+                            for s, p in zip(where[pos:stop], parts[pos:stop], strict=True)
+                        ]
+                    else:
+                        blocks = [
+                            {topics[where[a]]: frozenset(parts[a:b])}
+                            if where[a] == where[b - 1]
+                            else _split(pool, where, starts, parts, a, b - a)
+                            for a, b in pairwise(ends[: fits + 1])
+                        ]
                     run = takers[k : k + fits]
                     deque(map(out.__setitem__, run, blocks), maxlen=0)
                     deque(map(room.__setitem__, run, repeat(0)), maxlen=0)
@@ -465,7 +499,7 @@ class _Build:
                 i = takers[k]
                 take = min(room[i], n - pos)
                 got = dict(out[i])
-                for topic_id, added in _split(topics, where, parts, pos, take).items():
+                for topic_id, added in _split(pool, where, starts, parts, pos, take).items():
                     before = got.get(topic_id)
                     got[topic_id] = added if before is None else before | added
                 out[i] = got
@@ -475,6 +509,7 @@ class _Build:
                 count -= 1
             if pos == n:
                 break
+        whole_segments = bisect_right(starts, pos) - 1
         if taken is not None:
             for (topic_id, segment, whole), length in zip(pool, lengths, strict=True):
                 if pos <= 0:
@@ -485,16 +520,28 @@ class _Build:
                     piece = frozenset(segment) if whole is None else whole
                 taken.setdefault(topic_id, []).append(piece)
                 pos -= length
+        return whole_segments
 
 
 def _split(
-    topics: list[str], where: list[int], parts: list[int], start: int, count: int
+    pool: Pool, where: list[int], starts: list[int], parts: list[int], start: int, count: int
 ) -> dict[str, frozenset[int]]:
-    """parts[start : start + count] by topic (`where`: each one's segment)."""
-    out: dict[str, frozenset[int]] = {}
-    for segment, indices in groupby(range(start, start + count), where.__getitem__):
-        topic_id = topics[segment]
-        added = frozenset(map(parts.__getitem__, indices))
+    """parts[start : start + count] by topic (`where`: each one's segment,
+    `starts`: where each segment starts): a slice at each end, and the
+    segments in between whole (their set itself when the pool has it)."""
+    end = start + count
+    first, last = where[start], where[end - 1]
+    if first == last:
+        return {pool[first][0]: frozenset(parts[start:end])}
+    out = {pool[first][0]: frozenset(parts[start : starts[first + 1]])}
+    for segment in range(first + 1, last + 1):
+        topic_id, ordered, whole = pool[segment]
+        if segment == last:
+            added = frozenset(parts[starts[segment] : end])
+        elif whole is not None:
+            added = frozenset(whole)  # a frozenset's copy is itself
+        else:
+            added = frozenset(ordered)
         before = out.get(topic_id)
         out[topic_id] = added if before is None else before | added
     return out

@@ -214,6 +214,21 @@ def test_uniform_weighted_is_within_one_of_each_share_and_as_local_as_that_allow
     assert rack_locality(spec, result).best_achievable == best
 
 
+@settings(max_examples=100, deadline=None)
+@given(spec=uniform_specs(weighted=True, max_total=7, max_members=4), weighted=st.booleans())
+def test_uniform_from_nothing_is_within_each_share_and_as_local_as_that_allows(
+    spec: GroupSpec, weighted: bool
+) -> None:
+    """No current targets (a new group): the path that hands out whole racks."""
+    members = {
+        m: dataclasses.replace(s, current={}, capacity=s.capacity if weighted else 1)
+        for m, s in spec.members.items()
+    }
+    fresh = dataclasses.replace(spec, members=members)
+    result = check_uniform(fresh)
+    assert local_pairs(fresh, result) == brute_best(fresh)
+
+
 @settings(max_examples=60, deadline=None)
 @given(spec=uniform_specs(weighted=True, max_total=6, max_members=3), pick=st.integers(0, 10**6))
 def test_uniform_returns_any_balanced_and_most_local_assignment_unchanged(spec: GroupSpec, pick: int) -> None:
