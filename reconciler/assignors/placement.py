@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import accumulate, chain, compress, groupby, pairwise, repeat, starmap
-from operator import eq, ge, gt, le, not_, sub
+from operator import add, eq, ge, gt, le, not_, sub
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec
@@ -105,7 +105,7 @@ def assign_by_quota(
 
     order = list(range(len(members))) if in_order(member_ids) else _id_order(member_ids)
     chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains)
-    quotas = [f + c for f, c in zip(floors, chosen, strict=True)]
+    quotas = list(map(add, floors, chosen))
     build = _Build(currents, counts, quotas, order, topic_ids, sizes, unheld)
     if member_racks is not None:
         build.keep_local(member_racks, local_of, local_counts)

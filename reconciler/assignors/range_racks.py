@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from itertools import compress, repeat
+from operator import add, eq, not_
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from ..topics import Topic
@@ -45,9 +47,15 @@ from .shares import choose_extras
 def assign_range_with_racks(spec: GroupSpec) -> dict[str, Assignment]:
     """The range target of `spec`, racks in play."""
     members = list(spec.members.values())
-    by_subscription: dict[frozenset[str], list[MemberSpec]] = {}
-    for member in members:
-        by_subscription.setdefault(member.subscribed_topic_ids, []).append(member)
+    if not members:
+        return {}
+    by_subscription: dict[frozenset[str], list[MemberSpec]]
+    if spec.is_homogeneous():  # one group without a pass over the members, as range.py
+        by_subscription = {members[0].subscribed_topic_ids: members}
+    else:
+        by_subscription = {}
+        for member in members:
+            by_subscription.setdefault(member.subscribed_topic_ids, []).append(member)
     grouped = list(by_subscription.values())
     groups_of_topic: dict[str, list[int]] = {}
     for g, subscription in enumerate(by_subscription):
@@ -63,15 +71,14 @@ def assign_range_with_racks(spec: GroupSpec) -> dict[str, Assignment]:
     for (groups, size), topic_ids in classes.items():
         if size == 0:
             continue
-        subscribers = [m for g in groups for m in grouped[g]]
-        by_id = {m.member_id: m for m in subscribers}
+        subscribers = grouped[groups[0]] if len(groups) == 1 else [m for g in groups for m in grouped[g]]
+        rack_of = {m.member_id: m.rack_id for m in subscribers}
         order = _first_in_order(subscribers, len(subscribers))
-        racks = [by_id[member_id].rack_id for member_id in order]
+        racks = list(map(rack_of.__getitem__, order))
         units = unit_racks([spec.topics[t] for t in topic_ids])
-        for member_id, indices in zip(order, split_units(size, racks, units), strict=True):
-            if indices:
-                partitions = frozenset(indices)
-                assigned.setdefault(member_id, {}).update(dict.fromkeys(topic_ids, partitions))
+        for i, indices in split_units(size, racks, units).items():
+            partitions = frozenset(indices)
+            assigned.setdefault(order[i], {}).update(dict.fromkeys(topic_ids, partitions))
 
     result: dict[str, Assignment] = dict.fromkeys(spec.members, EMPTY_ASSIGNMENT)
     result.update(assigned)
@@ -98,9 +105,11 @@ def _most_then_name(item: tuple[str, int]) -> tuple[int, str]:
 
 def split_units(
     size: int, racks: Sequence[str | None], units: Sequence[str | None] | None
-) -> list[list[int]]:
-    """The units (0 .. size - 1) of each member, `racks` giving the members'
-    racks in range order and `units` each unit's rack (None: no racks)."""
+) -> dict[int, list[int]]:
+    """The units (0 .. size - 1) of each member that gets any, by its index in
+    range order; `racks`: the members' racks in range order, `units`: each
+    unit's rack (None: no racks). Only members that receive are visited (a
+    topic may have far fewer partitions than subscribers), found by C passes."""
     count = len(racks)
     base, extra = divmod(size, count)
     floors = [base] * count
@@ -113,28 +122,32 @@ def split_units(
                 by_rack.setdefault(rack, []).append(index)
         sizes = {rack: len(indices) for rack, indices in by_rack.items()}
         gains = rack_gains(racks, floors, candidates, sizes)[1]
-    order = range(count)
-    chosen = choose_extras(extra, order, candidates, [0] * count, floors, racks, gains)
-    room = [f + c for f, c in zip(floors, chosen, strict=True)]
-    out: list[list[int]] = [[] for _ in range(count)]
+    chosen = choose_extras(extra, range(count), candidates, [0] * count, floors, racks, gains)
+    room = list(map(add, floors, chosen))
+    out: dict[int, list[int]] = {}
     taken = [False] * size
     # Each member takes its rack's units in index order, up to its room.
-    next_of_rack = dict.fromkeys(by_rack, 0)
-    for i, rack in enumerate(racks):
-        if rack is None or rack not in by_rack:
-            continue
-        start = next_of_rack[rack]
-        mine = by_rack[rack][start : start + room[i]]
-        next_of_rack[rack] = start + len(mine)
-        out[i] = mine
-        room[i] -= len(mine)
-        for index in mine:
-            taken[index] = True
+    receiving = list(compress(range(count), room))
+    receiving_racks = list(map(racks.__getitem__, receiving))
+    for rack in sorted(by_rack):
+        indices = by_rack[rack]
+        start = 0
+        for i in compress(receiving, map(eq, receiving_racks, repeat(rack))):
+            if start == len(indices):
+                break
+            mine = indices[start : start + room[i]]
+            start += len(mine)
+            out[i] = mine
+            room[i] -= len(mine)
+            for index in mine:
+                taken[index] = True
     # The members with room, in range order, take the rest in index order.
-    rest = [index for index in range(size) if not taken[index]] if by_rack else range(size)
+    rest = list(compress(range(size), map(not_, taken))) if by_rack else range(size)
     pos = 0
-    for i in order:
-        if room[i]:
-            out[i] = sorted(out[i] + list(rest[pos : pos + room[i]]))
-            pos += room[i]
+    for i in compress(range(count), room):
+        if pos == len(rest):
+            break
+        more = list(rest[pos : pos + room[i]])
+        pos += len(more)
+        out[i] = sorted(out[i] + more) if i in out else more
     return out

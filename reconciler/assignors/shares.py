@@ -20,6 +20,8 @@ stickiness), then the rest; each step by member id.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
+from operator import eq, gt, not_
 
 
 def shares(total: int, capacities: Sequence[int]) -> tuple[list[int], list[bool], int]:
@@ -48,33 +50,53 @@ def choose_extras(
 ) -> list[bool]:
     """Which members get floor + 1 (exactly `extra` of the candidates).
     `order`: member indices in member id order; `counts`: partitions each
-    holds now; `gains`: per rack, how many extras add a local pair."""
+    holds now; `gains`: per rack, how many extras add a local pair.
+
+    The same as walking the candidates in order, sticky ones (count above the
+    floor) first, giving each one the extra while its rack has gain left, then
+    walking them again without the racks; done with C passes (per rack), since
+    a rack's gain is used up only by its own members: the first g_r eligible
+    members of each rack, then the first `left` of those in order."""
     chosen = [False] * len(candidates)
+    if not extra:
+        return chosen
+    eligible = list(compress(order, map(candidates.__getitem__, order)))
+    sticky = list(map(gt, map(counts.__getitem__, eligible), map(floors.__getitem__, eligible)))
+    passes = [list(compress(eligible, sticky)), list(compress(eligible, map(not_, sticky)))]
     left = extra
-    if left and gains and member_racks is not None:
+    if gains and member_racks is not None:
+        rank = _rank(order, len(candidates))
         gain_left = dict(gains)
-        for sticky_pass in (True, False):
-            for i in order:
-                rack = member_racks[i]
-                if (
-                    candidates[i]
-                    and not chosen[i]
-                    and (counts[i] > floors[i]) == sticky_pass
-                    and rack is not None
-                    and gain_left.get(rack, 0) > 0
-                ):
-                    chosen[i] = True
-                    gain_left[rack] -= 1
-                    left -= 1
-                    if not left:
-                        return chosen
-    for sticky_pass in (True, False):
+        for members in passes:
+            if not left:
+                break
+            racks = list(map(member_racks.__getitem__, members))
+            picks: list[int] = []
+            for rack, gain in gain_left.items():
+                if gain > 0:
+                    picks += list(compress(members, map(eq, racks, repeat(rack))))[:gain]
+            picks.sort(key=rank.__getitem__)
+            for i in picks[:left]:
+                chosen[i] = True
+                rack_of_i = member_racks[i]
+                if rack_of_i is not None:
+                    gain_left[rack_of_i] -= 1
+            left -= min(left, len(picks))
+    for members in passes:
         if not left:
             break
-        for i in order:
-            if candidates[i] and not chosen[i] and (counts[i] > floors[i]) == sticky_pass:
-                chosen[i] = True
-                left -= 1
-                if not left:
-                    break
+        rest = list(compress(members, map(not_, map(chosen.__getitem__, members))))[:left]
+        for i in rest:
+            chosen[i] = True
+        left -= len(rest)
     return chosen
+
+
+def _rank(order: Sequence[int], count: int) -> Sequence[int]:
+    """Each member's position in `order` (the identity when it is range(count))."""
+    if isinstance(order, range) or list(order) == list(range(count)):
+        return range(count)
+    rank = [0] * count
+    for position, i in enumerate(order):
+        rank[i] = position
+    return rank
