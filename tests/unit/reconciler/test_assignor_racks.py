@@ -110,7 +110,8 @@ def rack_topics(draw: st.DrawFn, max_total: int) -> dict[str, Topic]:
 @st.composite
 def uniform_specs(draw: st.DrawFn, weighted: bool, max_total: int = 7, max_members: int = 4) -> GroupSpec:
     """A homogeneous group; members' racks from a, b, d (d has no partitions)
-    or none; capacities 1 - 3 when `weighted`; random disjoint current targets."""
+    or none; capacities 1 - 3 when `weighted`; random disjoint current targets,
+    one of them maybe with a deleted topic and a partition past the end."""
     topics = draw(rack_topics(max_total))
     member_ids = [f"m{i}" for i in range(draw(st.integers(1, max_members)))]
     subscribed = frozenset(topics)
@@ -120,6 +121,10 @@ def uniform_specs(draw: st.DrawFn, weighted: bool, max_total: int = 7, max_membe
             holder = draw(st.sampled_from([None, *member_ids]))
             if holder is not None:
                 current[holder].append((t, p))
+    # A deleted topic, and a partition past the end of its topic: both dropped.
+    stale = draw(st.sampled_from([None, *member_ids]))
+    if stale is not None:
+        current[stale] += [("gone", 0), ("T0", topics["T0"].num_partitions)]
     members = {
         m: MemberSpec(
             member_id=m,
@@ -199,6 +204,15 @@ def test_uniform_with_racks_is_balanced_and_as_local_as_balance_allows(spec: Gro
     assert max(sizes) - min(sizes) <= 1
     best = brute_best(spec)
     assert local_pairs(spec, result) == best
+    floor = sum(t.num_partitions for t in spec.topics.values()) // len(spec.members)
+    for member_id, member in spec.members.items():
+        # Sticky within locality: a member keeps its current partitions of its own
+        # rack up to its floor (locality never asks it to give those up).
+        valid = {t_p for t_p in pairs(member.current) if t_p[0] in spec.topics}
+        valid = {t_p for t_p in valid if t_p[1] < spec.topics[t_p[0]].num_partitions}
+        local = {t_p for t_p in valid if rack_of(spec, t_p) == member.rack_id}
+        if member.rack_id is not None:
+            assert len(local & pairs(result[member_id])) >= min(len(local), floor)
     report = rack_locality(spec, result)
     assert report == RackLocality(
         best, sum(t.num_partitions for t in spec.topics.values() if t.partition_racks), best
@@ -253,7 +267,7 @@ def test_uniform_keeps_current_partitions_up_to_each_quota_without_racks(spec: G
     share = exact_shares(plain, len(universe))
     for member_id, member in plain.members.items():
         floor = share[member_id].numerator // share[member_id].denominator
-        held = pairs(member.current)
+        held = pairs(member.current) & universe  # stale ones are dropped, not kept
         assert len(held & pairs(result[member_id])) >= min(len(held), floor)
 
 
