@@ -249,6 +249,8 @@ class _Build:
         self.released: dict[str, set[int]] = {}
         #: Per topic, the pieces B handed out (subtracted in C and D, in C).
         self.taken: dict[str, list[AbstractSet[int]]] = {}
+        #: frozenset({p}) for each partition number p, made once when needed.
+        self.singles: list[frozenset[int]] | None = None
         #: Members whose other (non-local) partitions wait for C, with them.
         self.pending: dict[int, Assignment] = {}
         #: With nothing held and racks: the only topics where D may find partitions.
@@ -361,6 +363,11 @@ class _Build:
                         held.append((topic_id, sorted(elsewhere), None))
             self._hand_out(takers[rack], pool + held, self.taken)
 
+    def _singles(self) -> list[frozenset[int]]:
+        if self.singles is None:
+            self.singles = [frozenset((p,)) for p in range(max(self.sizes.values()))]
+        return self.singles
+
     def _takers_by_rack(
         self, member_racks: Sequence[str | None], local_of: LocalIndex
     ) -> dict[str, list[int]]:
@@ -416,9 +423,9 @@ class _Build:
     def fill_rest(self) -> None:
         """D: members with room, by id, take the unassigned partitions in the global order."""
         room = self.room
-        takers = [i for i in self.order if room[i] > 0]
-        if not takers:
+        if max(room) <= 0:
             return
+        takers = list(compress(self.order, map(gt, map(room.__getitem__, self.order), repeat(0))))
         pool: Pool = []
         if self.unheld is None and not self.taken:
             pool = [(t, range(self.sizes[t]), None) for t in self.topic_ids]
@@ -480,8 +487,11 @@ class _Build:
                     blocks: list[Assignment]
                     if ends[fits] - pos == fits:  # one partition each
                         stop = ends[fits]
+                        # One shared frozenset per partition number, for all topics
+                        # (they are immutable): building one per member was most of it.
+                        singles = self._singles()
                         blocks = [
-                            {topics[s]: frozenset((p,))}
+                            {topics[s]: singles[p]}
                             for s, p in zip(where[pos:stop], parts[pos:stop], strict=True)
                         ]
                     else:
