@@ -138,6 +138,10 @@ def _valid_currents(
 def _within(counts: list[int], floors: list[int], candidates: list[bool]) -> bool:
     """Whether every count is its floor, or floor + 1 for a candidate (with all
     partitions held, exactly K members are then at floor + 1)."""
+    if floors.count(floors[0]) == len(floors) and candidates.count(candidates[0]) == len(candidates):
+        # Equal shares: counts of small ints compare by identity in C, as uniform.py does.
+        base = floors[0]
+        return counts.count(base) + (counts.count(base + 1) if candidates[0] else 0) == len(counts)
     ceilings = list(map(int.__add__, floors, map(int, candidates)))
     return all(map(ge, counts, floors)) and all(map(le, counts, ceilings))
 

@@ -74,14 +74,20 @@ def choose_extras(
             picks: list[int] = []
             for rack, gain in gain_left.items():
                 if gain > 0:
-                    picks += list(compress(members, map(eq, racks, repeat(rack))))[:gain]
-            picks.sort(key=rank.__getitem__)
-            for i in picks[:left]:
+                    found = list(compress(members, map(eq, racks, repeat(rack))))[:gain]
+                    picks += found
+                    gain_left[rack] -= len(found)
+            if len(picks) > left:
+                # Only the first `left` in order get it; give the others' gain back.
+                picks.sort(key=rank.__getitem__)
+                for i in picks[left:]:
+                    returned = member_racks[i]
+                    if returned is not None:
+                        gain_left[returned] += 1
+                picks = picks[:left]
+            for i in picks:
                 chosen[i] = True
-                rack_of_i = member_racks[i]
-                if rack_of_i is not None:
-                    gain_left[rack_of_i] -= 1
-            left -= min(left, len(picks))
+            left -= len(picks)
     for members in passes:
         if not left:
             break
