@@ -26,7 +26,10 @@ from operator import eq, gt, not_
 
 def shares(total: int, capacities: Sequence[int]) -> tuple[list[int], list[bool], int]:
     """Each member's floor, whether its share is fractional (it may get one
-    more), and K, how many members get one more."""
+    more), and K, how many members get one more. A capacity below 1 counts as
+    1 (the heartbeat validates 1 - 1,000; this keeps the division defined)."""
+    if min(capacities) < 1:
+        capacities = [max(1, c) for c in capacities]
     weight = sum(capacities)
     floors = [total * c // weight for c in capacities]
     candidates = [total * c % weight != 0 for c in capacities]

@@ -479,3 +479,24 @@ def test_range_classes_without_racks_split_as_without_racks(spec: GroupSpec) -> 
     # subscribed class has none, so the split must be the rack-blind one.
     plain = RANGE.assign(no_racks)
     assert RANGE.assign(rack_path) == plain
+
+
+def test_capacities_below_one_count_as_one() -> None:
+    topics = {"T": Topic("T", "t", 6)}
+    members = {
+        m: MemberSpec(m, None, None, frozenset(topics), {}, capacity=c) for m, c in (("a", 0), ("b", 2))
+    }
+    result = UNIFORM.assign(GroupSpec(members=members, topics=topics))
+    assert [len(result[m]["T"]) for m in "ab"] == [2, 4]
+
+
+def test_rack_locality_has_no_best_for_range_classes_with_different_layouts() -> None:
+    topics = {"A": Topic("A", "a", 2, ("x", "y")), "B": Topic("B", "b", 2, ("y", "x"))}
+    members = {m: MemberSpec(m, None, r, frozenset(topics), {}) for m, r in (("m0", "x"), ("m1", "y"))}
+    spec = GroupSpec(members=members, topics=topics)
+    result = RANGE.assign(spec)
+    report = rack_locality(spec, result, "range")
+    assert report.partitions_with_known_racks == 4
+    assert report.local_partitions == 2  # each unit is local for one topic of two, whoever gets it
+    assert report.best_achievable is None
+    assert rack_locality(spec, result, "some-client-assignor").best_achievable is None
