@@ -11,7 +11,7 @@ least loaded eligible member while that narrows the gap by more than one.
 
 Weighted members (some capacity other than 1) or racks in play (a member with
 a rack, a subscribed topic with partition racks) in a homogeneous group go to
-placement.py: shares proportional to capacity, then rack locality, then
+uniform_quota.py: shares proportional to capacity, then rack locality, then
 stickiness. Heterogeneous groups ignore capacities and racks (the algorithm
 below, unchanged). Without either, the code below runs exactly as before.
 
@@ -81,9 +81,9 @@ def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> Mapping[
         spec.members.values(), map(topics.__getitem__, topic_ids)
     )
     if weighted or racks:
-        # Weighted members or racks: another algorithm (placement.py), imported
+        # Weighted members or racks: another algorithm (uniform_quota.py), imported
         # here because it reuses this module's helpers.
-        from .placement import assign_by_quota
+        from .uniform_quota import assign_by_quota
 
         return assign_by_quota(spec, topic_ids, sizes, weighted, racks)
     # A comprehension, not map(attrgetter): the specialised slot load is 2x faster.
