@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from regroup.reconciler import Topic
 from regroup.reconciler.assignors import GroupSpec, MemberSpec, RangeAssignor, UniformAssignor
-from regroup.reconciler.assignors.uniform_quota import assign_by_quota
 from regroup.reconciler.assignors.uniform import _fresh
+from regroup.reconciler.assignors.uniform_quota import assign_by_quota
 from regroup.reconciler.model import Assignment, make_assignment
 from regroup.reconciler.rack_locality import RackLocality, rack_locality
 
