@@ -51,16 +51,16 @@ class GroupSpec:
     #: so knows it without looking at every member (as Kafka's GroupSpec does);
     #: None: the assignor finds out. It must describe `members` truly.
     subscription_type: SubscriptionType | None = None
-    #: Members that take no part in this assignment (draining: GroupAdmin.DrainMember),
-    #: by id, with their current targets. They are not in `members`, so no assignor
-    #: sees them and every assignor balances the others as if they had left; the
-    #: coordinator gives each of them an empty target (`assign_target`).
-    withheld: Mapping[str, Assignment] = field(default_factory=dict)
     #: Whether some member's capacity is not 1. Set by the coordinator, which
     #: builds every MemberSpec and so knows it for free; None: the assignor finds
     #: out with a pass over the members (0.15 ms at 10,000, which the unweighted
     #: fast path of the uniform assignor should not pay on every target).
     weighted: bool | None = None
+    #: Members that take no part in this assignment (draining: GroupAdmin.DrainMember),
+    #: by id, with their current targets. They are not in `members`, so no assignor
+    #: sees them and every assignor balances the others as if they had left; the
+    #: coordinator gives each of them an empty target (`assign_target`).
+    withheld: Mapping[str, Assignment] = field(default_factory=dict)
 
     def is_homogeneous(self) -> bool:
         """True when every member subscribes to the same topics (Kafka's HOMOGENEOUS)."""
