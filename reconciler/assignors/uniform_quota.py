@@ -26,9 +26,10 @@ Ties (which member, which partition) go by member id and by the global order
 
 The steps, once quotas are fixed:
   A. each member keeps its current partitions of its own rack, up to its quota;
-  B. per rack, the members with room take the rack's partitions no one kept,
-     unheld ones first (they move nothing), then held ones (each move adds a
-     local pair, which 2 ranks above 3);
+  B. per rack, the members with room take the rack's partitions no one kept:
+     unheld ones and ones their holder gave up in A first (they move anyway),
+     then ones held by members of other racks (each such move adds a local
+     pair, which 2 ranks above 3);
   C. each member with room keeps its other current partitions not taken in B;
   D. members with room, by id, take what is left in the global order.
 
