@@ -41,13 +41,16 @@ from .base import MemberSpec
 _partition_racks = attrgetter("partition_racks")
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def partitions_by_rack(racks: tuple[str, ...]) -> Mapping[str, frozenset[int]]:
     """A topic's partitions grouped by rack. Memoised on the racks tuple: a
     topic's layout changes rarely (only CreatePartitions), while targets are
     recomputed often, and this is the one per-partition Python loop of the
     rack-aware assignors. A dict lookup tries identity before equality, so the
-    same Topic's tuple is found without comparing its elements."""
+    same Topic's tuple is found without comparing its elements; topics created
+    with one layout share an entry. Bounded in entries, not bytes (an entry
+    holds its topic's partitions once, about 40 bytes each): beyond 1,024
+    distinct layouts the least recently used are rebuilt when needed."""
     grouped: dict[str, list[int]] = {}
     for partition, rack in enumerate(racks):
         found = grouped.get(rack)
@@ -58,7 +61,7 @@ def partitions_by_rack(racks: tuple[str, ...]) -> Mapping[str, frozenset[int]]:
     return {rack: frozenset(partitions) for rack, partitions in grouped.items()}
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def ordered_by_rack(racks: tuple[str, ...]) -> Mapping[str, tuple[int, ...]]:
     """`partitions_by_rack`, each rack's partitions as an ascending tuple."""
     return {rack: tuple(sorted(partitions)) for rack, partitions in partitions_by_rack(racks).items()}
