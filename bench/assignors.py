@@ -32,6 +32,14 @@ for 1,000 members x 10,000 partitions, against the same baseline and next to
 the server assignor on the same group, as a member computes it from the
 `GroupSnapshot` it builds out of PrepareAssignment.
 
+Rack-aware and weighted variants (issue 24), on the same points and with the
+same target: `uniform+racks`, `range+racks` (partition p of every topic in
+rack p mod 3 of three racks, members spread over them by id),
+`uniform+weights` (capacities 1, 2, 4 by id) and both at once. The
+incremental spec is the variant's own full result plus a newcomer; each row
+also gives the rack locality achieved against the best balance allows
+(`regroup.reconciler.rack_locality`).
+
     python -m bench.assignors [--quick|--full]
 """
 
@@ -56,6 +64,7 @@ from regroup.reconciler import Topic
 from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, Assignor, GroupSpec, MemberSpec, SubscriptionType
 from regroup.reconciler.context import GroupConfig
 from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member, MemberMetadata
+from regroup.reconciler.rack_locality import rack_locality
 from regroup.reconciler.target_assignment import compute_target_assignment
 from regroup.reconciler.topics import TopicsImage
 
@@ -101,7 +110,8 @@ def group_spec(
     # The coordinator states the subscription type (it resolves each distinct subscription once).
     distinct = len(set(subscribed.values()))
     kind = SubscriptionType.HOMOGENEOUS if distinct <= 1 else SubscriptionType.HETEROGENEOUS
-    return GroupSpec(members=members, topics=topics, subscription_type=kind)
+    # And whether any member is weighted, which it knows as it builds each MemberSpec.
+    return GroupSpec(members=members, topics=topics, subscription_type=kind, weighted=False)
 
 
 def specs(
@@ -175,6 +185,98 @@ def bench_point(
                 "baseline_ms": round(baseline_ms, 3),
                 "assignor_ms": round(assignor_ms, 3),
                 "ratio": round(assignor_ms / baseline_ms, 2),
+            }
+        )
+    return out
+
+
+#: Rack-aware and weighted variants (issue 24): (assignor, racks, weights).
+VARIANTS = {
+    "uniform+racks": ("uniform", True, False),
+    "uniform+weights": ("uniform", False, True),
+    "uniform+racks+weights": ("uniform", True, True),
+    "range+racks": ("range", True, False),
+}
+RACKS = ("rack-a", "rack-b", "rack-c")
+CAPACITIES = (1, 2, 4)
+
+
+def _bucket(member_id: str) -> int:
+    """A member's rack or weight class from its id, so that it stays the same
+    when another member joins (an index in id order would not)."""
+    return int(member_id[:8], 16) % 3
+
+
+def with_variant(spec: GroupSpec, racks: bool, weights: bool) -> GroupSpec:
+    """`spec` with racks (partition p of every topic in rack p mod 3, Kafka's
+    round-robin replica placement over three racks; members spread over the
+    three racks by id) and/or capacities 1, 2 or 4 (by id)."""
+    topics = spec.topics
+    if racks:
+        layouts: dict[int, tuple[str, ...]] = {}
+        for topic in topics.values():
+            if topic.num_partitions not in layouts:
+                layouts[topic.num_partitions] = tuple(RACKS[p % 3] for p in range(topic.num_partitions))
+        topics = {
+            t: replace(topic, partition_racks=layouts[topic.num_partitions]) for t, topic in topics.items()
+        }
+    members = {
+        m: replace(
+            s,
+            rack_id=RACKS[_bucket(m)] if racks else None,
+            capacity=CAPACITIES[_bucket(m)] if weights else 1,
+        )
+        for m, s in spec.members.items()
+    }
+    return replace(spec, members=members, topics=topics, weighted=weights)
+
+
+def variant_specs(variant: str, num_members: int, partitions: int, num_topics: int) -> dict[str, GroupSpec]:
+    """`specs` for a variant: its full spec, and its result fed back plus a newcomer."""
+    name, racks, weights = VARIANTS[variant]
+    assignor = BUILTIN_ASSIGNORS[name]
+    rng = random.Random(0)
+    topics = make_topics(rng, partitions, num_topics)
+    member_ids = _ids(rng, num_members + 1)
+    subscribed = subscriptions(topics, member_ids, False)
+    newcomer = member_ids[-1]
+    base = group_spec(topics, {m: s for m, s in subscribed.items() if m != newcomer}, {})
+    full = with_variant(base, racks, weights)
+    current = dict(assignor.assign(full))
+    return {
+        "full": full,
+        "incremental": with_variant(group_spec(topics, subscribed, current), racks, weights),
+    }
+
+
+def bench_variant(
+    variant: str, num_members: int, partitions: int, num_topics: int, runs: int
+) -> list[dict[str, Any]]:
+    """A variant against the baseline, with its rack locality against the optimum."""
+    name, racks, _ = VARIANTS[variant]
+    assignor = BUILTIN_ASSIGNORS[name]
+    built = variant_specs(variant, num_members, partitions, num_topics)
+    out = []
+    for mode in MODES:
+        spec = built[mode]
+        sizes = [t.num_partitions for t in spec.topics.values()]
+        assignor_ms, baseline_ms = compare(
+            partial(assignor.assign, spec), partial(baseline, len(spec.members), sizes), runs
+        )
+        locality = rack_locality(spec, assignor.assign(spec), name)
+        out.append(
+            {
+                "assignor": variant,
+                "mode": mode,
+                "members": num_members,
+                "partitions": partitions,
+                "topics": num_topics,
+                "baseline_ms": round(baseline_ms, 3),
+                "assignor_ms": round(assignor_ms, 3),
+                "ratio": round(assignor_ms / baseline_ms, 2),
+                "local": locality.local_partitions if racks else None,
+                "best_local": locality.best_achievable if racks else None,
+                "known_racks": locality.partitions_with_known_racks if racks else None,
             }
         )
     return out
@@ -315,6 +417,43 @@ def _report(title: str, rows: list[dict[str, Any]], kind: str, targeted: bool) -
         )
 
 
+def _report_variant(title: str, rows: list[dict[str, Any]]) -> None:
+    """A variant's table: time against the baseline, and rack locality
+    achieved / best achievable under balance (of the partitions with racks)."""
+    table(
+        title,
+        [
+            "assignor",
+            "mode",
+            "members",
+            "partitions",
+            "topics",
+            "baseline ms",
+            "assignor ms",
+            "ratio",
+            "<= 3x",
+            "local / best",
+        ],
+        [
+            [
+                r["assignor"],
+                r["mode"],
+                r["members"],
+                r["partitions"],
+                r["topics"],
+                r["baseline_ms"],
+                r["assignor_ms"],
+                r["ratio"],
+                "yes" if r["ratio"] <= TARGET_RATIO else "NO",
+                "-" if r["local"] is None else f"{r['local']} / {r['best_local']}",
+            ]
+            for r in rows
+        ],
+    )
+    for r in rows:
+        figure("assignors", kind="variant", **r, within_target=r["ratio"] <= TARGET_RATIO)
+
+
 def _columns(title: str, rows: list[dict[str, Any]], **headers: str) -> None:
     """Prints `rows` as a table: each keyword names a row key, its value the column header."""
     table(title, list(headers.values()), [[r[key] for key in headers] for r in rows])
@@ -338,6 +477,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         rows = [r for point in points for r in bench_point(name, *point, runs=runs)]
         _report(f"{name}: assignor vs baseline (target <= {TARGET_RATIO:g}x)", rows, "grid", True)
         grid += rows
+
+    variant_rows: list[dict[str, Any]] = []
+    for variant in VARIANTS:
+        rows = [r for point in points for r in bench_variant(variant, *point, runs=runs)]
+        _report_variant(f"{variant}: assignor vs baseline (target <= {TARGET_RATIO:g}x)", rows)
+        variant_rows += rows
 
     unaligned = (
         [(97, 10_000, 10)]
@@ -410,6 +555,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     misses = [r for r in grid if r["ratio"] > TARGET_RATIO]
     print(
         f"{len(grid) - len(misses)}/{len(grid)} grid figures within {TARGET_RATIO:g}x the baseline",
+        flush=True,
+    )
+    variant_misses = [r for r in variant_rows if r["ratio"] > TARGET_RATIO]
+    optimal = [r for r in variant_rows if r["local"] is not None and r["local"] == r["best_local"]]
+    print(
+        f"{len(variant_rows) - len(variant_misses)}/{len(variant_rows)} rack-aware and weighted figures "
+        f"within {TARGET_RATIO:g}x the baseline; rack locality at the optimum in {len(optimal)}/"
+        f"{sum(r['local'] is not None for r in variant_rows)}",
         flush=True,
     )
     return grid

@@ -51,6 +51,11 @@ class GroupSpec:
     #: so knows it without looking at every member (as Kafka's GroupSpec does);
     #: None: the assignor finds out. It must describe `members` truly.
     subscription_type: SubscriptionType | None = None
+    #: Whether some member's capacity is not 1. Set by the coordinator, which
+    #: builds every MemberSpec and so knows it for free; None: the assignor finds
+    #: out with a pass over the members (0.15 ms at 10,000, which the unweighted
+    #: fast path of the uniform assignor should not pay on every target).
+    weighted: bool | None = None
     #: Members that take no part in this assignment (draining: GroupAdmin.DrainMember),
     #: by id, with their current targets. They are not in `members`, so no assignor
     #: sees them and every assignor balances the others as if they had left; the
@@ -69,6 +74,13 @@ class GroupSpec:
         # list.count compares by identity first, and members with the same
         # subscription usually share one frozenset: a C loop, not a Python one.
         return not subscriptions or subscriptions.count(subscriptions[0]) == len(subscriptions)
+
+    def is_weighted(self) -> bool:
+        """True when some member's capacity is not 1."""
+        if self.weighted is not None:
+            return self.weighted
+        capacities = [m.capacity for m in self.members.values()]
+        return capacities.count(1) != len(capacities)
 
 
 class GroupAssignment(Mapping[str, Assignment]):

@@ -6,6 +6,10 @@ contiguous range of partitions; the first `n % m` members get one more. Two
 topics with the same partition count and subscribers are split the same way,
 so partition p of both lands on the same member (co-partitioning).
 
+When racks are in play (some member has a rack, some topic partition racks),
+range_racks.py splits instead: the same co-partitioning and per-topic balance,
+with each member given units of its own rack where balance allows.
+
 Example: topics t0 and t1 with 3 partitions, members A and B:
 A gets t0[0,1] and t1[0,1]; B gets t0[2] and t1[2].
 
@@ -26,6 +30,7 @@ from typing import TypeVar
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupSpec, MemberSpec
+from .racks import racks_in_play
 
 _K = TypeVar("_K", str, tuple[str, str])
 
@@ -34,6 +39,12 @@ class RangeAssignor:
     name = "range"
 
     def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
+        if racks_in_play(spec.members.values(), spec.topics.values()):
+            # Racks: another split (range_racks.py), imported here because it
+            # reuses this module's ordering.
+            from .range_racks import assign_range_with_racks
+
+            return assign_range_with_racks(spec)
         members = list(spec.members.values())
         if not members:
             return {}

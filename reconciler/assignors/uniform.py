@@ -9,6 +9,12 @@ Heterogeneous groups keep every still-valid partition, give unassigned ones to
 the least loaded eligible member, then move partitions from the most to the
 least loaded eligible member while that narrows the gap by more than one.
 
+Weighted members (some capacity other than 1) or racks in play (a member with
+a rack, a subscribed topic with partition racks) in a homogeneous group go to
+uniform_quota.py: shares proportional to capacity, then rack locality, then
+stickiness. Heterogeneous groups ignore capacities and racks (the algorithm
+below, unchanged). Without either, the code below runs exactly as before.
+
 Speed. This runs on the heartbeat path of groups with up to 10,000 members and
 100,000 partitions, so the homogeneous case works on counts and whole
 frozensets, never on (topic, partition) pairs in Python: a member that keeps
@@ -32,8 +38,10 @@ from operator import attrgetter, gt, le, lt
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec
+from .racks import racks_in_play
 
 _num_partitions = attrgetter("num_partitions")
+_partition_racks = attrgetter("partition_racks")
 
 
 class UniformAssignor:
@@ -66,6 +74,18 @@ def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> Mapping[
     member_ids = list(spec.members)
     if not topic_ids:
         return GroupAssignment(member_ids, [EMPTY_ASSIGNMENT] * len(member_ids))
+    weighted = spec.is_weighted()
+    # One C pass over the topics' racks first: with none anywhere (the usual
+    # case), neither the subscribed topics nor the members are looked at.
+    racks = any(map(_partition_racks, topics.values())) and racks_in_play(
+        spec.members.values(), map(topics.__getitem__, topic_ids)
+    )
+    if weighted or racks:
+        # Weighted members or racks: another algorithm (uniform_quota.py), imported
+        # here because it reuses this module's helpers.
+        from .uniform_quota import assign_by_quota
+
+        return assign_by_quota(spec, topic_ids, sizes, weighted, racks)
     # A comprehension, not map(attrgetter): the specialised slot load is 2x faster.
     currents = [m.current for m in spec.members.values()]
     if not any(currents):

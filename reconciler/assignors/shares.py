@@ -1,0 +1,111 @@
+"""Quotas: how many partitions each member gets, weighted by capacity, and
+which members get the one extra partition when the shares are not whole.
+
+Member i with capacity c_i (sum of capacities C) has the exact share
+s_i = N * c_i / C of the N partitions. Its quota is floor(s_i) or, only when
+s_i is not a whole number, ceil(s_i) = floor(s_i) + 1, and exactly
+K = N - sum floor(s_i) members get the ceiling (K is at most the number of
+members with a fractional share, since their fractional parts add up to K and
+each is below 1). So every member is within one partition of its exact share,
+|q_i - s_i| < 1, and a member with a whole share gets exactly that. With every
+capacity 1 this is the uniform assignor's rule: base or base + 1, with exactly
+N mod M members at base + 1.
+
+Who gets the extra one, in this order: members in racks where it adds a local
+pair (up to each rack's gain, see racks.py: locality comes before
+stickiness), then members that hold more than their floor now (they keep it:
+stickiness), then the rest; each step by member id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
+from operator import eq, gt, not_
+
+
+def shares(total: int, capacities: Sequence[int]) -> tuple[list[int], list[bool], int]:
+    """Each member's floor, whether its share is fractional (it may get one
+    more), and K, how many members get one more. A capacity below 1 counts as
+    1 (the heartbeat validates 1 - 1,000; this keeps the division defined)."""
+    if min(capacities) < 1:
+        capacities = [max(1, c) for c in capacities]
+    weight = sum(capacities)
+    floors = [total * c // weight for c in capacities]
+    candidates = [total * c % weight != 0 for c in capacities]
+    return floors, candidates, total - sum(floors)
+
+
+def equal_shares(total: int, count: int) -> tuple[list[int], list[bool], int]:
+    """`shares` with every capacity 1, without a pass per member."""
+    base, extra = divmod(total, count)
+    return [base] * count, [extra > 0] * count, extra
+
+
+def choose_extras(
+    extra: int,
+    order: Sequence[int],
+    candidates: Sequence[bool],
+    counts: Sequence[int],
+    floors: Sequence[int],
+    member_racks: Sequence[str | None] | None,
+    gains: Mapping[str, int],
+) -> list[bool]:
+    """Which members get floor + 1 (exactly `extra` of the candidates).
+    `order`: member indices in member id order; `counts`: partitions each
+    holds now; `gains`: per rack, how many extras add a local pair.
+
+    The same as walking the candidates in order, sticky ones (count above the
+    floor) first, giving each one the extra while its rack has gain left, then
+    walking them again without the racks; done with C passes (per rack), since
+    a rack's gain is used up only by its own members: the first g_r eligible
+    members of each rack, then the first `left` of those in order."""
+    chosen = [False] * len(candidates)
+    if not extra:
+        return chosen
+    eligible = list(compress(order, map(candidates.__getitem__, order)))
+    sticky = list(map(gt, map(counts.__getitem__, eligible), map(floors.__getitem__, eligible)))
+    passes = [list(compress(eligible, sticky)), list(compress(eligible, map(not_, sticky)))]
+    left = extra
+    if gains and member_racks is not None:
+        rank = _rank(order, len(candidates))
+        gain_left = dict(gains)
+        for members in passes:
+            if not left:
+                break
+            racks = list(map(member_racks.__getitem__, members))
+            picks: list[int] = []
+            for rack, gain in gain_left.items():
+                if gain > 0:
+                    found = list(compress(members, map(eq, racks, repeat(rack))))[:gain]
+                    picks += found
+                    gain_left[rack] -= len(found)
+            if len(picks) > left:
+                # Only the first `left` in order get it; give the others' gain back.
+                picks.sort(key=rank.__getitem__)
+                for i in picks[left:]:
+                    returned = member_racks[i]
+                    if returned is not None:
+                        gain_left[returned] += 1
+                picks = picks[:left]
+            for i in picks:
+                chosen[i] = True
+            left -= len(picks)
+    for members in passes:
+        if not left:
+            break
+        rest = list(compress(members, map(not_, map(chosen.__getitem__, members))))[:left]
+        for i in rest:
+            chosen[i] = True
+        left -= len(rest)
+    return chosen
+
+
+def _rank(order: Sequence[int], count: int) -> Sequence[int]:
+    """Each member's position in `order` (the identity when it is range(count))."""
+    if isinstance(order, range) or list(order) == list(range(count)):
+        return range(count)
+    rank = [0] * count
+    for position, i in enumerate(order):
+        rank[i] = position
+    return rank

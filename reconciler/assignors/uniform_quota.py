@@ -1,0 +1,562 @@
+"""The uniform assignor for homogeneous groups with weighted members or racks
+in play (uniform.py dispatches here; without either it runs its own tuned
+code, untouched).
+
+Priorities, strictly in this order:
+
+1. Balance. Every partition of the subscribed topics is assigned exactly once
+   and each member gets its quota (shares.py): floor or ceil of its exact
+   share N * capacity / total capacity, so within one partition of it; with
+   every capacity 1, base or base + 1, the guarantee of the rack-blind code.
+2. Locality. Among those assignments, the number of local (member,
+   partition) pairs (member rack == partition rack) is the most any of them
+   has (racks.py gives that optimum and why it is reachable). Partitions of a
+   rack with no members, or of no known rack, are never local: they go
+   wherever quotas have room.
+3. Stickiness. Among those, members keep their current partitions as far as
+   1 and 2 allow: an assignment that already satisfies 1 and 2 is returned
+   unchanged (the same objects), and otherwise the extra partitions go to
+   members that hold them now, each member keeps its current local partitions
+   up to its quota, then its current other partitions up to its quota,
+   and only what no one may keep is handed out. This is a greedy rule, not a
+   proven minimum of moves under 1 and 2.
+
+Ties (which member, which partition) go by member id and by the global order
+(topics by id, partitions ascending), never by the order of the spec.
+
+The steps, once quotas are fixed:
+  A. each member keeps its current partitions of its own rack, up to its quota;
+  B. per rack, the members with room take the rack's partitions no one kept:
+     unheld ones and ones their holder gave up in A first (they move anyway),
+     then ones held by members of other racks (each such move adds a local
+     pair, which 2 ranks above 3);
+  C. each member with room keeps its other current partitions not taken in B;
+  D. members with room, by id, take what is left in the global order.
+
+Speed. Work is per member only where something happens to it: a member that
+keeps its whole current target costs a count (and, with racks, one subset
+test per topic it holds) and is returned as the very same object; the pools
+of B and D are built only over topics where something is free, and a run of
+empty members with equal room takes its blocks in one comprehension.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from itertools import accumulate, chain, compress, groupby, pairwise, repeat, starmap
+from operator import add, eq, ge, gt, le, not_, sub
+
+from ..model import EMPTY_ASSIGNMENT, Assignment
+from .base import GroupAssignment, GroupSpec
+from .racks import ordered_by_rack, partitions_by_rack, rack_gains
+from .shares import choose_extras, equal_shares, shares
+from .uniform import _in_order as in_order
+from .uniform import _sanitize as sanitize
+from .uniform import _scan as scan
+
+#: Per rack, per topic, the rack's partitions of the topic.
+LocalIndex = Mapping[str, Mapping[str, frozenset[int]]]
+#: The same, as ascending tuples.
+OrderedIndex = Mapping[str, Mapping[str, tuple[int, ...]]]
+#: Segments of partitions to hand out, in order: (topic id, partitions
+#: ascending, and the same as a set when one exists, to record whole segments
+#: as taken without copying them).
+Pool = list[tuple[str, Sequence[int], AbstractSet[int] | None]]
+
+
+def assign_by_quota(
+    spec: GroupSpec, topic_ids: list[str], sizes: list[int], weighted: bool, racks: bool
+) -> GroupAssignment:
+    """The target of a homogeneous group over `topic_ids` (sorted, with their
+    non-zero `sizes`); `weighted`: use capacities; `racks`: racks are in play."""
+    member_ids = list(spec.members)
+    members = list(spec.members.values())
+    total = sum(sizes)
+    currents = [m.current for m in members]
+    unheld: dict[str, AbstractSet[int]] | None = None  # None: nothing is held
+    counts = [0] * len(members)
+    if any(currents):
+        currents, counts, unheld = _valid_currents(member_ids, currents, topic_ids, sizes)
+    if weighted:
+        floors, candidates, extra = shares(total, [m.capacity for m in members])
+    else:
+        floors, candidates, extra = equal_shares(total, len(members))
+    balanced = unheld is not None and not unheld and _within(counts, floors, candidates)
+
+    member_racks: list[str | None] | None = None
+    local_of: dict[str, dict[str, frozenset[int]]] = {}
+    ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
+    layouts: list[tuple[frozenset[str], list[str]]] = []
+    gains: dict[str, int] = {}
+    local_counts: list[int] = []
+    if racks:
+        member_racks = [m.rack_id for m in members]
+        local_of, ordered_of, layouts = _local_index(spec, topic_ids, member_racks)
+        rack_counts = {r: sum(map(len, by_topic.values())) for r, by_topic in local_of.items()}
+        base_local, gains = rack_gains(member_racks, floors, candidates, rack_counts)
+        if unheld is not None:
+            local_counts = _local_counts(currents, member_racks, local_of)
+        if balanced and sum(local_counts) == base_local + min(extra, sum(gains.values())):
+            return GroupAssignment(member_ids, currents)
+    elif balanced:
+        return GroupAssignment(member_ids, currents)
+
+    order = list(range(len(members))) if in_order(member_ids) else _id_order(member_ids)
+    chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains)
+    quotas = list(map(add, floors, chosen))
+    build = _Build(currents, counts, quotas, order, topic_ids, sizes, unheld)
+    if member_racks is not None:
+        build.keep_local(member_racks, local_of, local_counts)
+        build.fill_local(member_racks, local_of, ordered_of, layouts)
+    build.keep_rest()
+    build.fill_rest()
+    return GroupAssignment(member_ids, build.out)
+
+
+def _valid_currents(
+    member_ids: list[str], currents: list[Assignment], topic_ids: list[str], sizes: list[int]
+) -> tuple[list[Assignment], list[int], dict[str, AbstractSet[int]]]:
+    """Current targets without stale topics, partitions past the end or held
+    twice (the rack-blind code's checks), each one's size, and per topic its
+    unheld partitions (topics with none left out)."""
+    counts, holdings, stale = scan(currents, topic_ids, sizes)
+    rest = list(starmap(frozenset.difference, holdings.values()))
+    if sum(sizes) - sum(map(len, rest)) != sum(counts):
+        currents = sanitize(member_ids, currents, dict(zip(topic_ids, sizes, strict=True)))
+        counts, holdings, stale = scan(currents, topic_ids, sizes)
+        rest = list(starmap(frozenset.difference, holdings.values()))
+    if stale:
+        valid = frozenset(topic_ids)
+        currents = list(currents)
+        for i in stale:
+            currents[i] = {t: p for t, p in currents[i].items() if t in valid}
+    return currents, counts, {t: r for t, r in zip(topic_ids, rest, strict=True) if r}
+
+
+def _within(counts: list[int], floors: list[int], candidates: list[bool]) -> bool:
+    """Whether every count is its floor, or floor + 1 for a candidate (with all
+    partitions held, exactly K members are then at floor + 1)."""
+    if floors.count(floors[0]) == len(floors) and candidates.count(candidates[0]) == len(candidates):
+        # Equal shares: counts of small ints compare by identity in C, as uniform.py does.
+        base = floors[0]
+        return counts.count(base) + (counts.count(base + 1) if candidates[0] else 0) == len(counts)
+    ceilings = list(map(int.__add__, floors, map(int, candidates)))
+    return all(map(ge, counts, floors)) and all(map(le, counts, ceilings))
+
+
+def _local_index(
+    spec: GroupSpec, topic_ids: list[str], member_racks: list[str | None]
+) -> tuple[
+    dict[str, dict[str, frozenset[int]]],
+    dict[str, dict[str, tuple[int, ...]]],
+    list[tuple[frozenset[str], list[str]]],
+]:
+    """Per member rack, per topic, that rack's partitions of the topic, as sets
+    and as ascending tuples (both memoised per layout); and the topics by
+    layout, with the layout's racks. Topics are grouped by layout first (topics
+    created together share one), so that the per-rack entries of a layout's
+    topics are written by C calls."""
+    by_layout: dict[tuple[str, ...], list[str]] = {}
+    for topic_id in topic_ids:
+        layout = spec.topics[topic_id].partition_racks
+        if layout:
+            found = by_layout.get(layout)
+            if found is None:
+                by_layout[layout] = [topic_id]
+            else:
+                found.append(topic_id)
+    wanted = set(member_racks)
+    local_of: dict[str, dict[str, frozenset[int]]] = {}
+    ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
+    layouts: list[tuple[frozenset[str], list[str]]] = []
+    for layout, same in by_layout.items():
+        ordered = ordered_by_rack(layout)
+        grouped = partitions_by_rack(layout)
+        layouts.append((frozenset(grouped), same))
+        for rack, partitions in grouped.items():
+            if rack in wanted:
+                local_of.setdefault(rack, {}).update(dict.fromkeys(same, partitions))
+                ordered_of.setdefault(rack, {}).update(dict.fromkeys(same, ordered[rack]))
+    return local_of, ordered_of, layouts
+
+
+def _local_counts(
+    currents: Sequence[Assignment], member_racks: Sequence[str | None], local_of: LocalIndex
+) -> list[int]:
+    """Each member's current partitions of its own rack."""
+    out = [0] * len(currents)
+    for i, current in enumerate(currents):
+        rack = member_racks[i]
+        if not current or rack is None or rack not in local_of:
+            continue
+        mine = local_of[rack]
+        local = 0
+        for topic_id in current:
+            found = mine.get(topic_id)
+            if found is not None:
+                partitions = current[topic_id]
+                local += len(partitions) if partitions <= found else len(partitions & found)
+        out[i] = local
+    return out
+
+
+def _id_order(member_ids: list[str]) -> list[int]:
+    return sorted(range(len(member_ids)), key=member_ids.__getitem__)
+
+
+def first_in_order(partitions: Mapping[str, AbstractSet[int]], k: int) -> dict[str, frozenset[int]]:
+    """The first `k` of `partitions` in the global order."""
+    out: dict[str, frozenset[int]] = {}
+    for topic_id in sorted(partitions):
+        if k <= 0:
+            break
+        held = partitions[topic_id]
+        if not held:
+            continue
+        out[topic_id] = frozenset(held) if len(held) <= k else frozenset(sorted(held)[:k])
+        k -= len(out[topic_id])
+    return out
+
+
+def _count(assignment: Mapping[str, AbstractSet[int]]) -> int:
+    return sum(map(len, assignment.values()))
+
+
+class _Build:
+    """The target under construction. `out[i]` is member i's target so far
+    (its current one until something changes) and `room[i]` what it may still
+    take; partitions given up go to `released`, partitions B hands out to
+    `taken` (per topic)."""
+
+    def __init__(
+        self,
+        currents: list[Assignment],
+        counts: list[int],
+        quotas: list[int],
+        order: list[int],
+        topic_ids: list[str],
+        sizes: list[int],
+        unheld: Mapping[str, AbstractSet[int]] | None,
+    ) -> None:
+        self.currents = currents
+        self.quotas = quotas
+        self.order = order
+        self.topic_ids = topic_ids
+        self.sizes = dict(zip(topic_ids, sizes, strict=True))
+        #: None: nothing was held, every partition is free.
+        self.unheld = unheld
+        self.out: list[Assignment] = list(currents)
+        #: Room left if each member kept its whole current target.
+        self.room = list(map(sub, quotas, counts))
+        self.released: dict[str, set[int]] = {}
+        #: Per topic, the pieces B handed out (subtracted in C and D, in C).
+        self.taken: dict[str, list[AbstractSet[int]]] = {}
+        #: frozenset({p}) for each partition number p, made once when needed.
+        self.singles: list[frozenset[int]] | None = None
+        #: Members whose other (non-local) partitions wait for C, with them.
+        self.pending: dict[int, Assignment] = {}
+        #: With nothing held and racks: the only topics where D may find partitions.
+        self.leftovers: set[str] | None = None
+
+    def _release(self, current: Mapping[str, AbstractSet[int]], kept: Mapping[str, AbstractSet[int]]) -> None:
+        for topic_id, partitions in current.items():
+            rest = partitions - kept[topic_id] if topic_id in kept else partitions
+            if rest:
+                self.released.setdefault(topic_id, set()).update(rest)
+
+    def keep_local(
+        self, member_racks: Sequence[str | None], local_of: LocalIndex, local_counts: list[int]
+    ) -> None:
+        """A: each member keeps its current partitions of its rack, up to its quota;
+        the others wait for C."""
+        if not local_counts:
+            return  # nothing is held
+        for i, current in enumerate(self.currents):
+            if not current:
+                continue
+            rack = member_racks[i]
+            quota = self.quotas[i]
+            if rack is None or not local_counts[i]:
+                self.pending[i] = current
+                self.out[i] = EMPTY_ASSIGNMENT
+                self.room[i] = quota
+                continue
+            count = quota - self.room[i]
+            if local_counts[i] == count:  # all local
+                if count <= quota:
+                    continue
+                kept = first_in_order(current, quota)
+                self._release(current, kept)
+                self.out[i] = kept
+                self.room[i] = 0
+                continue
+            mine = local_of[rack]
+            local: dict[str, frozenset[int]] = {}
+            other: dict[str, frozenset[int]] = {}
+            for topic_id, partitions in current.items():
+                found = mine.get(topic_id)
+                both = partitions & found if found is not None else frozenset()
+                if both:
+                    local[topic_id] = both
+                    if len(both) < len(partitions):
+                        other[topic_id] = partitions - both
+                else:
+                    other[topic_id] = partitions
+            if local_counts[i] > quota:
+                kept = first_in_order(local, quota)
+                self._release(local, kept)
+                local = kept
+            self.out[i] = local
+            self.room[i] = quota - _count(local)
+            self.pending[i] = other
+
+    def fill_local(
+        self,
+        member_racks: Sequence[str | None],
+        local_of: LocalIndex,
+        ordered_of: OrderedIndex,
+        layouts: list[tuple[frozenset[str], list[str]]],
+    ) -> None:
+        """B: per rack, its members with room (by id) take its partitions no one
+        kept: unheld or given up ones first (they move anyway), then those held
+        by members of other racks."""
+        takers = self._takers_by_rack(member_racks, local_of)
+        if not takers:
+            return
+        if self.unheld is None:  # nothing held: each rack's partitions, whole
+            # What D must look at: topics with partitions of racks that took
+            # nothing (or of no member's rack, or no racks), and the topics
+            # where a rack's handout stopped.
+            leftovers = set(self.topic_ids).difference(*(local_of[rack] for rack in takers))
+            for layout_racks, topic_ids in layouts:
+                if not layout_racks <= takers.keys():
+                    leftovers.update(topic_ids)
+            for rack in sorted(takers):
+                mine, ordered = local_of[rack], ordered_of[rack]
+                pool: Pool = [(t, ordered[t], mine[t]) for t in self.topic_ids if t in mine]
+                whole = self._hand_out(takers[rack], pool, self.taken)
+                leftovers.update(t for t, _, _ in pool[whole:])
+            self.leftovers = leftovers
+            return
+        # Where a rack's unkept partitions can be: unheld, released in A, or held
+        # by a member of another rack (pending).
+        free: dict[str, set[int]] = {t: set(p) for t, p in self.unheld.items()}
+        for topic_id, given_up in self.released.items():
+            free.setdefault(topic_id, set()).update(given_up)
+        others: dict[str, list[AbstractSet[int]]] = {}
+        for other in self.pending.values():
+            for topic_id, held_now in other.items():
+                others.setdefault(topic_id, []).append(held_now)
+        for rack in sorted(takers):
+            mine = local_of[rack]
+            pool = []
+            held: Pool = []
+            for topic_id in sorted(free.keys() | others.keys()):
+                ours = mine.get(topic_id)
+                if ours is None:
+                    continue
+                if topic_id in free:
+                    unkept = ours & free[topic_id]
+                    if unkept:
+                        pool.append((topic_id, sorted(unkept), None))
+                if topic_id in others:
+                    elsewhere = ours.intersection(frozenset().union(*others[topic_id]))
+                    if elsewhere:
+                        held.append((topic_id, sorted(elsewhere), None))
+            self._hand_out(takers[rack], pool + held, self.taken)
+
+    def _singles(self) -> list[frozenset[int]]:
+        if self.singles is None:
+            self.singles = [frozenset((p,)) for p in range(max(self.sizes.values()))]
+        return self.singles
+
+    def _takers_by_rack(
+        self, member_racks: Sequence[str | None], local_of: LocalIndex
+    ) -> dict[str, list[int]]:
+        """Per rack with partitions, its members with room, by id. C passes
+        per rack when racks are few (the usual case), else one Python loop."""
+        room = self.room
+        order = [i for i in self.order if room[i] > 0] if min(room) <= 0 else self.order
+        takers: dict[str, list[int]] = {}
+        if len(local_of) <= 8:
+            racks_in_order = list(map(member_racks.__getitem__, order))
+            for rack in local_of:
+                found = list(compress(order, map(eq, racks_in_order, repeat(rack))))
+                if found:
+                    takers[rack] = found
+            return takers
+        for i in order:
+            member_rack = member_racks[i]
+            if member_rack is not None and member_rack in local_of:
+                takers.setdefault(member_rack, []).append(i)
+        return takers
+
+    def keep_rest(self) -> None:
+        """C: members keep their other current partitions (those B did not give
+        away) up to their room; without racks, members above their quota cut
+        down to it (the first partitions in the global order stay)."""
+        if not self.pending:
+            for i in compress(range(len(self.room)), map(gt, repeat(0), self.room)):
+                current = self.currents[i]
+                kept = first_in_order(current, self.quotas[i])
+                self._release(current, kept)
+                self.out[i] = kept
+                self.room[i] = 0
+            return
+        for i, other in self.pending.items():
+            left: dict[str, AbstractSet[int]] = {}
+            for topic_id, partitions in other.items():
+                pieces = self.taken.get(topic_id)
+                rest = partitions.difference(*pieces) if pieces else partitions
+                if rest:
+                    left[topic_id] = rest
+            kept = first_in_order(left, self.room[i])
+            self._release(left, kept)
+            if kept:
+                got = dict(self.out[i])
+                for topic_id, partitions in kept.items():
+                    before = got.get(topic_id)
+                    got[topic_id] = partitions if before is None else before | partitions
+                self.room[i] -= _count(kept)
+                current = self.currents[i]
+                # Back to the very object when nothing changed.
+                self.out[i] = current if got == current else got
+
+    def fill_rest(self) -> None:
+        """D: members with room, by id, take the unassigned partitions in the global order."""
+        room = self.room
+        if max(room) <= 0:
+            return
+        takers = list(compress(self.order, map(gt, map(room.__getitem__, self.order), repeat(0))))
+        pool: Pool = []
+        if self.unheld is None and not self.taken:
+            pool = [(t, range(self.sizes[t]), None) for t in self.topic_ids]
+        else:
+            unheld = self.unheld
+            if unheld is not None:
+                candidates = sorted(unheld.keys() | self.released.keys())
+            elif self.leftovers is not None:
+                candidates = sorted(self.leftovers)
+            else:
+                candidates = self.topic_ids
+            for topic_id in candidates:
+                pieces = self.taken.get(topic_id, [])
+                released = self.released.get(topic_id)
+                if unheld is None:
+                    size = self.sizes[topic_id]
+                    if not released and sum(map(len, pieces)) == size:
+                        continue  # all taken in B
+                    rest = set(range(size))
+                else:
+                    rest = set(unheld.get(topic_id, ()))
+                if released:
+                    rest.update(released)
+                rest.difference_update(*pieces)
+                if rest:
+                    pool.append((topic_id, sorted(rest), None))
+        self._hand_out(takers, pool, None)
+
+    def _hand_out(
+        self, takers: list[int], pool: Pool, taken: dict[str, list[AbstractSet[int]]] | None
+    ) -> int:
+        """Each taker in turn takes the next partitions of `pool` up to its room
+        (and, with `taken`, records them there). Returns how many segments were
+        handed out whole.
+
+        The pool is flattened into one list of partitions beside the index of
+        their segment, built in C, so that a run of takers with nothing yet and
+        equal room takes its blocks in one comprehension, however short the
+        segments (a topic's share of one rack may be a partition or two)."""
+        if not pool:
+            return 0
+        out, room = self.out, self.room
+        lengths = [len(segment) for _, segment, _ in pool]
+        topics = [topic_id for topic_id, _, _ in pool]
+        parts = list(chain.from_iterable([segment for _, segment, _ in pool]))
+        where = list(chain.from_iterable(starmap(repeat, zip(range(len(pool)), lengths, strict=True))))
+        starts = list(accumulate(lengths, initial=0))
+        n = len(parts)
+        # Runs of takers with nothing yet, found by C passes: each takes its
+        # block (ends by accumulate) in one comprehension; the others one by one.
+        empties = list(map(not_, map(out.__getitem__, takers)))
+        pos = k = 0
+        for empty, same in groupby(empties):
+            count = len(list(same))
+            if empty:
+                ends = list(accumulate(map(room.__getitem__, takers[k : k + count]), initial=pos))
+                fits = bisect_right(ends, n) - 1
+                if fits:
+                    blocks: list[Assignment]
+                    if ends[fits] - pos == fits:  # one partition each
+                        stop = ends[fits]
+                        # One shared frozenset per partition number, for all topics
+                        # (they are immutable): building one per member was most of it.
+                        singles = self._singles()
+                        blocks = [
+                            {topics[s]: singles[p]}
+                            for s, p in zip(where[pos:stop], parts[pos:stop], strict=True)
+                        ]
+                    else:
+                        blocks = [
+                            {topics[where[a]]: frozenset(parts[a:b])}
+                            if where[a] == where[b - 1]
+                            else _split(pool, where, starts, parts, a, b - a)
+                            for a, b in pairwise(ends[: fits + 1])
+                        ]
+                    run = takers[k : k + fits]
+                    deque(map(out.__setitem__, run, blocks), maxlen=0)
+                    deque(map(room.__setitem__, run, repeat(0)), maxlen=0)
+                    pos, k, count = ends[fits], k + fits, count - fits
+            while count and pos < n:
+                i = takers[k]
+                take = min(room[i], n - pos)
+                got = dict(out[i])
+                for topic_id, added in _split(pool, where, starts, parts, pos, take).items():
+                    before = got.get(topic_id)
+                    got[topic_id] = added if before is None else before | added
+                out[i] = got
+                room[i] -= take
+                pos += take
+                k += 1
+                count -= 1
+            if pos == n:
+                break
+        whole_segments = bisect_right(starts, pos) - 1
+        if taken is not None:
+            for (topic_id, segment, whole), length in zip(pool, lengths, strict=True):
+                if pos <= 0:
+                    break
+                if length > pos:
+                    piece: AbstractSet[int] = frozenset(segment[:pos])
+                else:
+                    piece = frozenset(segment) if whole is None else whole
+                taken.setdefault(topic_id, []).append(piece)
+                pos -= length
+        return whole_segments
+
+
+def _split(
+    pool: Pool, where: list[int], starts: list[int], parts: list[int], start: int, count: int
+) -> dict[str, frozenset[int]]:
+    """parts[start : start + count] by topic (`where`: each one's segment,
+    `starts`: where each segment starts): a slice at each end, and the
+    segments in between whole (their set itself when the pool has it)."""
+    end = start + count
+    first, last = where[start], where[end - 1]
+    if first == last:
+        return {pool[first][0]: frozenset(parts[start:end])}
+    out = {pool[first][0]: frozenset(parts[start : starts[first + 1]])}
+    for segment in range(first + 1, last + 1):
+        topic_id, ordered, whole = pool[segment]
+        if segment == last:
+            added = frozenset(parts[starts[segment] : end])
+        elif whole is not None:
+            added = frozenset(whole)  # a frozenset's copy is itself
+        else:
+            added = frozenset(ordered)
+        before = out.get(topic_id)
+        out[topic_id] = added if before is None else before | added
+    return out
