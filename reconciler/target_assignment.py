@@ -124,7 +124,13 @@ def group_spec(
             for m, s in specs.items()
         }
     return GroupSpec(
-        members=specs, topics=topics, subscription_type=kind, withheld=withheld, replicas=replicas
+        members=specs,
+        topics=topics,
+        subscription_type=kind,
+        withheld=withheld,
+        replicas=replicas,
+        # Known here, where every member's spec is built: the assignors need no pass to find out.
+        weighted=any(s.capacity != 1 for s in specs.values()),
     )
 
 

@@ -60,6 +60,12 @@ async def test_weights_racks_and_co_partitioning_are_sent_kept_and_described(
         assert (described.capacity, described.rack_id, described.rack_local_partitions) == (7, "r1", 4)
         assert [list(s.values) for s in group.co_partitioning.co_partitioned_topics] == [["clicks", "views"]]
         assert group.co_partitioning.error == ""
+        locality = group.rack_locality
+        assert (locality.partitions_with_rack, locality.rack_local_partitions, locality.best_achievable) == (
+            8,
+            4,
+            4,
+        )
 
         # A topic grown afterwards breaks co-partitioning: reported, not refused.
         grown = await service.stubs.admin.CreatePartitions(

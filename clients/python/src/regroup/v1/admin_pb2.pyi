@@ -912,7 +912,11 @@ class RackLocality(_message.Message):
     rack_local_partitions: _builtins.int
     """Of those, the ones assigned to a member of the same rack."""
     best_achievable: _builtins.int
-    """The most that can be rack-local while the assignment stays balanced."""
+    """The most that can be rack-local while the assignment stays balanced (as
+    the group's assignor balances it), or -1 when the assignor promises no
+    optimum here (a heterogeneous uniform group, a redundant group, range over
+    co-partitioned topics whose racks differ).
+    """
     def __init__(
         self,
         *,
