@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
 from regroup.client.errors import RegroupError
 from regroup.client.member import GroupMember, MemberOptions
-from regroup.client.sync import _SharedLoop
+from regroup.client.sync import OnSharedLoop
 from regroup.client.tls import TlsConfig
 from regroup.client.types import TopicPartition
 
@@ -186,7 +186,7 @@ class LeaderElection:
             await self._on_revoked()
 
 
-class SyncLeaderElection:
+class SyncLeaderElection(OnSharedLoop):
     """The synchronous twin of LeaderElection, for code without an event loop:
     `on_elected(token)` and `on_revoked()` are plain functions, run in a worker thread
     (heartbeats go on meanwhile); every method may be called from any thread.
@@ -209,9 +209,6 @@ class SyncLeaderElection:
         tls: TlsConfig | None = None,
         auth_token: str | None = None,
     ) -> None:
-        self._loop = _SharedLoop.acquire()
-        self._closed = False
-
         async def elected(token: int) -> None:
             if on_elected is not None:
                 await asyncio.to_thread(on_elected, token)
@@ -235,14 +232,7 @@ class SyncLeaderElection:
                 auth_token=auth_token,
             )
 
-        try:
-            self._election = self._call(make())
-        except BaseException:
-            _SharedLoop.release()
-            raise
-
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        self._election = self._start_on_loop(make)
 
     @property
     def group_id(self) -> str:
@@ -280,23 +270,11 @@ class SyncLeaderElection:
 
     def close(self) -> None:
         """Steps down (on_revoked, if leading) and leaves the group."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._call(self._election.close())
-        finally:
-            _SharedLoop.release()
+        self._finish(self._election.close)
 
     def abort(self) -> None:
         """Stops at once without leaving, as a crash would (LeaderElection.abort)."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._call(self._election.abort())
-        finally:
-            _SharedLoop.release()
+        self._finish(self._election.abort)
 
     def __enter__(self) -> SyncLeaderElection:
         self.start()

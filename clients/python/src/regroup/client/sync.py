@@ -114,7 +114,38 @@ class _SharedLoop:
         loop.close()
 
 
-class SyncGroupMember:
+class OnSharedLoop:
+    """What every synchronous twin shares: its async object lives on the process's
+    shared loop (made there, since its channel must be created on the loop that uses
+    it), calls go to that loop from any thread, and closing gives the loop back once."""
+
+    _loop: asyncio.AbstractEventLoop
+    _closed: bool
+
+    def _start_on_loop(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        self._loop = _SharedLoop.acquire()
+        self._closed = False
+        try:
+            return self._call(make())
+        except BaseException:
+            _SharedLoop.release()
+            raise
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _finish(self, stop: Callable[[], Coroutine[Any, Any, object]]) -> None:
+        """Runs `stop` (close or abort) once, then gives the shared loop back."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._call(stop())
+        finally:
+            _SharedLoop.release()
+
+
+class SyncGroupMember(OnSharedLoop):
     """`with SyncGroupMember(target, listener=...) as member: member.join(...)`.
 
     Every method may be called from any thread; `assignment()` returns an
@@ -138,8 +169,6 @@ class SyncGroupMember:
         token: str | None = None,
     ) -> None:
         check_factory(tls, channel_factory)  # before a thread is started for nothing
-        self._loop = _SharedLoop.acquire()
-        self._closed = False
 
         async def make() -> GroupMember:
             # The channel must be created on the loop that will use it.
@@ -154,14 +183,7 @@ class SyncGroupMember:
                 token=token,
             )
 
-        try:
-            self._member = self._call(make())
-        except BaseException:
-            _SharedLoop.release()
-            raise
-
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        self._member = self._start_on_loop(make)
 
     @property
     def member_id(self) -> str:
@@ -195,13 +217,7 @@ class SyncGroupMember:
         return self._call(wait())
 
     def close(self, *, permanent: bool | None = None) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._call(self._member.close(permanent=permanent))
-        finally:
-            _SharedLoop.release()
+        self._finish(lambda: self._member.close(permanent=permanent))
 
     def __enter__(self) -> SyncGroupMember:
         return self
