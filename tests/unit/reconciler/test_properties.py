@@ -913,14 +913,18 @@ class GroupMachine(RuleBasedStateMachine):
                 assert max(per_member) - min(per_member) <= 1, f"range unbalanced on {topic_id}: {per_member}"
 
 
+def _machine_settings(max_examples: int) -> settings:
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=60,
+        deadline=None,
+        database=_DATABASE,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+
 # About 20 s on a 2-core machine; a soak of 4000 examples x 100 steps (about 3 minutes) found nothing more.
-GroupMachine.TestCase.settings = settings(
-    max_examples=500,
-    stateful_step_count=60,
-    deadline=None,
-    database=_DATABASE,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+GroupMachine.TestCase.settings = _machine_settings(500)
 TestGroupMachine = GroupMachine.TestCase
 
 
@@ -933,13 +937,7 @@ class RedundantGroupMachine(GroupMachine):
     REPLICAS = (2, 3, 2, 1)
 
 
-RedundantGroupMachine.TestCase.settings = settings(
-    max_examples=200,
-    stateful_step_count=60,
-    deadline=None,
-    database=_DATABASE,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+RedundantGroupMachine.TestCase.settings = _machine_settings(200)
 TestRedundantGroupMachine = RedundantGroupMachine.TestCase
 
 
