@@ -28,7 +28,7 @@ from typing import Any
 
 import grpc
 
-from regroup.client import ConnectWorker, WorkerListener
+from regroup.client import ConnectWorker, GroupAdmin, GroupMember, WorkerListener
 from regroup.v1 import coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.integration.test_replicas import FAST, owned_by, spread
@@ -607,3 +607,23 @@ async def test_offsets_reset(service: Service) -> None:
     assert run.code == 0, run
     run = await regroup(service, "offsets", "show", "gr", "--json")
     assert [(o["partition"], o["offset"]) for o in run.json()["offsets"]] == [(1, 25)], run
+
+
+async def test_describe_a_redundant_rack_aware_group(service: Service) -> None:
+    async with GroupAdmin(address(service)) as admin:
+        await admin.create_topic("shards", 2, racks=["r1", "r2"])
+    async with GroupMember(address(service)) as a, GroupMember(address(service)) as b:
+        await a.join("copies", topics=["shards"], replicas=2, rack_id="r1")
+        await b.join("copies", topics=["shards"], replicas=2, rack_id="r2")
+        for member in (a, b):
+            await member.wait_for_assignment(lambda got: len(got) == 2)
+        run = await regroup(service, "groups", "describe", "copies")
+        assert run.code == 0, run
+        summary = run.out.splitlines()[0]
+        assert "2 copies of each partition (2 now)" in summary and "rack-local" in summary, run
+        # A row per copy holder: both partitions, each held by both members.
+        run = await regroup(service, "groups", "describe", "copies", "--json")
+        assert run.code == 0, run
+        (group,) = run.json()["groups"]
+        holders = sorted((p["partition"], p["member_id"]) for p in group["partitions"])
+        assert holders == sorted((p, m.member_id) for p in (0, 1) for m in (a, b)), run

@@ -86,7 +86,11 @@ class PartitionRow:
 def partition_rows(
     group: admin_pb2.DescribedGroup, offsets: coordinator_pb2.OffsetFetchResponse | None
 ) -> list[PartitionRow]:
-    """One row per partition that has an owner, a pending owner or a committed offset."""
+    """One row per partition that has an owner, a pending owner or a committed offset; in a
+    redundant group (replicas > 1), one per copy holder, without the committed offset (each
+    copy has its own: `regroup offsets show`)."""
+    if group.replicas > 1:
+        return _copy_rows(group)
     found: dict[tuple[str, int], tuple[str, admin_pb2.DescribedMember | None]] = {}
 
     def note(assignment: common_pb2.Assignment, member: admin_pb2.DescribedMember, state: str) -> None:
@@ -114,6 +118,25 @@ def partition_rows(
     ]
 
 
+def _copy_rows(group: admin_pb2.DescribedGroup) -> list[PartitionRow]:
+    found: dict[tuple[str, int, str], tuple[str, admin_pb2.DescribedMember]] = {}
+    for member in group.members:
+        for assignment, state in (
+            (member.assignment, ASSIGNED),
+            (member.pending_revocation, REVOKING),
+            (member.target_assignment, ASSIGNING),
+        ):
+            for tp in assignment.topic_partitions:
+                for p in tp.partitions:
+                    key = (tp.topic_name or tp.topic_id, p, member.member_id)
+                    if key not in found or _PRECEDENCE[state] < _PRECEDENCE[found[key][0]]:
+                        found[key] = (state, member)
+    return [
+        PartitionRow(group.group_id, topic, partition, None, member, state)
+        for (topic, partition, _), (state, member) in sorted(found.items())
+    ]
+
+
 def partitions_table(rows: list[PartitionRow]) -> Table:
     return table(PARTITION_HEADERS, (row.cells() for row in rows))
 
@@ -128,11 +151,19 @@ def summary(group: admin_pb2.DescribedGroup) -> str:
     if group.assignor_name:
         words.append(f"assignor {group.assignor_name}")
     words.append(f"{len(group.members)} member{'' if len(group.members) == 1 else 's'}")
+    if group.replicas > 1:
+        words.append(f"{group.replicas} copies of each partition ({group.effective_replicas} now)")
+    if group.HasField("rack_locality"):
+        r = group.rack_locality
+        best = "" if r.best_achievable < 0 else f", best {r.best_achievable}"
+        words.append(f"rack-local {r.rack_local_partitions} of {r.partitions_with_rack}{best}")
     text = ", ".join(words)
     if group.computing_member_id:
         text += f"; {group.computing_member_id} computes the next assignment"
     if group.assignment_error:
         text += f"; assignment error: {group.assignment_error}"
+    if group.co_partitioning.error:
+        text += f"; co-partitioning: {group.co_partitioning.error}"
     return text
 
 
