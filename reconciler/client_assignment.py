@@ -236,6 +236,7 @@ def prepare_assignment(
                 assignor=entry,
                 subscribed_topic_ids=topic_ids,
                 target=group.target_of(member_id),
+                capacity=member.metadata.capacity,
             )
         )
     subscribed = set().union(*eligible.values()) if eligible else set()

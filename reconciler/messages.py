@@ -86,6 +86,8 @@ class AssignmentMemberView:
     subscribed_topic_ids: frozenset[str]
     #: The member's current target assignment.
     target: Assignment
+    #: Its weight (ConsumerGroupHeartbeatRequest.capacity).
+    capacity: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,6 +178,7 @@ def prepare_to_pb(
             instance_id=m.instance_id or "",
             rack_id=m.rack_id or "",
             url=m.url,
+            capacity=m.capacity,
             assignor_version=m.assignor.version,
             assignor_reason=m.assignor.reason,
             assignor_metadata=m.assignor.metadata,
@@ -203,7 +204,12 @@ def prepare_to_pb(
         )
     else:
         out.topics.extend(
-            coordinator_pb2.AssignableTopic(topic_id=t, name=image.name_of(t), num_partitions=n)
+            coordinator_pb2.AssignableTopic(
+                topic_id=t,
+                name=image.name_of(t),
+                num_partitions=n,
+                partition_racks=image.by_id[t].partition_racks if t in image.by_id else (),
+            )
             for t, n in sorted(resp.resources.items(), key=lambda item: image.name_of(item[0]))
         )
     return out

@@ -12,6 +12,7 @@ import pytest
 
 from regroup.client import ConnectorTaskId, ConnectWorker, GroupAdmin, GroupMember, MemberOptions
 from regroup.client.assignors import IncrementalCooperativeAssignor, UniformAssignor
+from regroup.client.assignors.base import AssignmentPlan, GroupSnapshot
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
 
@@ -165,3 +166,30 @@ async def test_a_consumer_group_on_the_client_side_uniform_assignor(start_servic
     finally:
         for member in members.values():
             await member.abort()
+
+
+async def test_a_client_side_assignor_sees_capacities_and_partition_racks(
+    start_service: ServiceFactory,
+) -> None:
+    """PrepareAssignment carries what the server-side assignors weigh (issue 24), so a custom
+    client-side assignor can weigh it too; the built-in ones do not."""
+    service = await start_service(**FAST)
+    target = f"127.0.0.1:{service.server.port}"
+    async with GroupAdmin(target) as admin:
+        await admin.create_topic("racked", 4, racks=["r1", "r2", "r1", "r2"])
+    seen: list[GroupSnapshot] = []
+
+    class Recording(UniformAssignor):
+        def assign(self, group: GroupSnapshot) -> AssignmentPlan:
+            seen.append(group)
+            return super().assign(group)
+
+    async with GroupMember(target) as member:
+        await member.join(
+            "weighed", topics=["racked"], client_assignors=[Recording()], capacity=3, rack_id="r1"
+        )
+        await member.wait_for_assignment(lambda a: len(a) == 4)
+    (snapshot, *_) = seen
+    (m,) = snapshot.members
+    assert (m.capacity, m.rack_id) == (3, "r1")
+    assert [(t.name, t.partition_racks) for t in snapshot.topics] == [("racked", ("r1", "r2", "r1", "r2"))]

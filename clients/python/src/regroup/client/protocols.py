@@ -55,7 +55,9 @@ class ConsumerWire:
             group_epoch=prep.group_epoch,
             assignor=prep.assignor_name,
             members=members,
-            topics=tuple(TopicInfo(t.topic_id, t.name, t.num_partitions) for t in prep.topics),
+            topics=tuple(
+                TopicInfo(t.topic_id, t.name, t.num_partitions, tuple(t.partition_racks)) for t in prep.topics
+            ),
             state=prep.assignor_state,
             now_ms=prep.coordinator_time_ms,
         )
@@ -124,6 +126,7 @@ def _member(
         metadata=m.assignor_metadata,
         subscribed_topics=subscribed,
         assignment=assignment,
+        capacity=m.capacity or 1,
     )
 
 

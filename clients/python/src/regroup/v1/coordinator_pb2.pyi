@@ -490,19 +490,25 @@ class AssignableTopic(_message.Message):
     TOPIC_ID_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
+    PARTITION_RACKS_FIELD_NUMBER: _builtins.int
     topic_id: _builtins.str
     name: _builtins.str
     num_partitions: _builtins.int
+    @_builtins.property
+    def partition_racks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The rack of each partition; empty when racks were not given."""
+
     def __init__(
         self,
         *,
         topic_id: _builtins.str = ...,
         name: _builtins.str = ...,
         num_partitions: _builtins.int = ...,
+        partition_racks: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "num_partitions", b"num_partitions", "topic_id", b"topic_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "num_partitions", b"num_partitions", "partition_racks", b"partition_racks", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -545,6 +551,7 @@ class AssignmentMember(_message.Message):
     SUBSCRIBED_TOPIC_NAMES_FIELD_NUMBER: _builtins.int
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     CONNECT_ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     member_epoch: _builtins.int
     instance_id: _builtins.str
@@ -555,6 +562,8 @@ class AssignmentMember(_message.Message):
     """The member's entry for the chosen assignor."""
     assignor_reason: _builtins.int
     assignor_metadata: _builtins.bytes
+    capacity: _builtins.int
+    """The member's weight (ConsumerGroupHeartbeatRequest.capacity), 1 by default."""
     @_builtins.property
     def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Consumer groups: the names of the existing topics the member subscribes
@@ -581,10 +590,11 @@ class AssignmentMember(_message.Message):
         subscribed_topic_names: _abc.Iterable[_builtins.str] | None = ...,
         assignment: _common_pb2.Assignment | None = ...,
         connect_assignment: _common_pb2.ConnectorsAndTasks | None = ...,
+        capacity: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "connect_assignment", b"connect_assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "assignor_metadata", b"assignor_metadata", "assignor_reason", b"assignor_reason", "assignor_version", b"assignor_version", "connect_assignment", b"connect_assignment", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names", "url", b"url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "assignor_metadata", b"assignor_metadata", "assignor_reason", b"assignor_reason", "assignor_version", b"assignor_version", "capacity", b"capacity", "connect_assignment", b"connect_assignment", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names", "url", b"url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

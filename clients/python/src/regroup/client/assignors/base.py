@@ -29,6 +29,8 @@ class TopicInfo:
     topic_id: str
     name: str
     num_partitions: int
+    #: The rack of each partition; empty when racks were not given.
+    partition_racks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,9 @@ class AssignorMember:
     subscribed_topics: frozenset[str] = frozenset()
     #: The member's resources in the current target assignment.
     assignment: frozenset[Resource] = frozenset()
+    #: The member's weight (GroupMember.join(capacity=...)), 1 by default. The built-in
+    #: client-side assignors do not weigh it (nor racks): a custom one may.
+    capacity: int = 1
 
     @property
     def identity(self) -> str:
