@@ -145,6 +145,16 @@ async def test_a_redundant_group_puts_each_partition_on_two_members_with_progres
         # One member leaves: the two left hold every partition, once each.
         await members.pop().close()
         await holders(copies=2, loads=[4, 4])
+        for m in members:
+            await m.abort()  # no leave: they stay in the stored group
+        before = await service.stubs.describe("docs-indexers")
     finally:
         for m in members:
             await m.abort()
+
+    # The copies are stored as any assignment: another coordinator loads the same group.
+    await service.server.stop()
+    again = await start_service(**FAST)
+    after = await again.stubs.describe("docs-indexers")
+    assert (after.replicas, after.effective_replicas, after.group_epoch) == (2, 2, before.group_epoch)
+    assert [m.assignment for m in after.members] == [m.assignment for m in before.members]
