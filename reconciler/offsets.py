@@ -27,7 +27,7 @@ from .errors import (
 from .membership import current_member
 from .model import CONSUMER_GROUP_TYPE, CommittedOffset, Group, Member
 from .records import GroupMetadataRecord, OffsetCommitRecord, OffsetTombstone, Record
-from .replicas import copy_held, holds_copies, split
+from .replicas import copy_held, holds_copies, is_copy, split
 from .topics import Topic
 from .validation import validate_group_id, validate_id
 
@@ -295,7 +295,9 @@ def reset_offsets(group: Group | None, req: ResetOffsets, ctx: Context) -> Resul
     committed: dict[str, list[int]] = {}
     for topic_id, partition in sorted(group.offsets):
         committed.setdefault(topic_id, []).append(partition)
-    topics = req.topics or tuple(ResetTopic(topic_id=t) for t in committed)
+    # A redundant group's copies (reconciler/replicas.py) come with their topic: one
+    # plan line per copy, each reset the same way.
+    topics = req.topics or tuple(ResetTopic(topic_id=t) for t in committed if not is_copy(t))
 
     planned: dict[tuple[str, str, int], PlannedReset] = {}
     records: list[Record] = []
@@ -320,19 +322,23 @@ def reset_offsets(group: Group | None, req: ResetOffsets, ctx: Context) -> Resul
                     ),
                 )
             continue
-        if wanted.partitions:
-            partitions: Sequence[int] = wanted.partitions
-        elif req.to_offset is not None:
-            partitions = range(topic.num_partitions)
-        else:
-            partitions = committed.get(topic.topic_id, [])
-        for partition in partitions:
-            key = (topic.name, topic.topic_id, partition)
-            if key in planned:
-                continue  # listed twice (by name and by id, or a repeated partition)
-            if len(planned) >= MAX_PARTITIONS_PER_REQUEST:
-                raise InvalidRequest(f"At most {MAX_PARTITIONS_PER_REQUEST} partitions per reset.")
-            planned[key] = _plan_partition(group, topic, partition, req, ctx, records)
+        copies = [
+            Topic(t, topic.name, topic.num_partitions) for t in committed if split(t)[0] == topic.topic_id
+        ]
+        for each in [topic, *(c for c in copies if c.topic_id != topic.topic_id)]:
+            if wanted.partitions:
+                partitions: Sequence[int] = wanted.partitions
+            elif req.to_offset is not None:
+                partitions = range(each.num_partitions)
+            else:
+                partitions = committed.get(each.topic_id, [])
+            for partition in partitions:
+                key = (each.name, each.topic_id, partition)
+                if key in planned:
+                    continue  # listed twice (by name and by id, or a repeated partition)
+                if len(planned) >= MAX_PARTITIONS_PER_REQUEST:
+                    raise InvalidRequest(f"At most {MAX_PARTITIONS_PER_REQUEST} partitions per reset.")
+                planned[key] = _plan_partition(group, each, partition, req, ctx, records)
     plan = sorted(planned.values(), key=lambda p: (p.topic_name, p.partition, p.topic_id))
     applied = not req.dry_run and bool(records)
     return Result(ResetPlan(tuple(plan), applied), tuple(records) if applied else ())

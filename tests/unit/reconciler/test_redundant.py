@@ -13,6 +13,14 @@ from regroup.reconciler import ConsumerGroupHeartbeatResponse, Group, MemberStat
 from regroup.reconciler.assignors import GroupSpec, MemberSpec
 from regroup.reconciler.assignors.redundant import assign_redundant
 from regroup.reconciler.model import Assignment
+from regroup.reconciler.offsets import (
+    OffsetToCommit,
+    ResetOffsets,
+    ResetTopic,
+    commit_offsets,
+    fetch_offsets,
+    reset_offsets,
+)
 from regroup.reconciler.replicas import collapse, split, subscribed_with_copies, with_copies
 from regroup.reconciler.topics import Topic
 from tests.support.engine import EngineHarness, beat, join
@@ -105,8 +113,6 @@ def test_fewer_members_than_copies_get_every_partition_once_each() -> None:
 
 
 def test_a_leaver_copies_move_only_after_they_are_free_and_offsets_are_per_copy() -> None:
-    from regroup.reconciler.offsets import OffsetToCommit, commit_offsets, fetch_offsets
-
     h = EngineHarness()
     t = h.create_topic("docs", 3)
     clients = [Client(h, m) for m in ("a", "b", "c")]
@@ -216,3 +222,34 @@ def test_redundant_assignor_fills_every_slot_once_with_distinct_members_and_is_s
     assert all(
         again[m] is _again(spec, targets).members[m].current or again[m] == targets[m] for m in targets
     )
+
+
+def test_a_reset_of_a_topic_resets_every_copy_of_its_offsets() -> None:
+    from regroup.reconciler.offsets import (
+        OffsetToCommit,
+        commit_offsets,
+    )
+
+    h = EngineHarness()
+    t = h.create_topic("docs", 2)
+    clients = [Client(h, m) for m in ("a", "b")]
+    for c in clients:
+        c.join(["docs"], replicas=2)
+    settle(h, clients)
+    for n, c in enumerate(clients):  # each holds both partitions, a copy each
+        h.apply(
+            G, commit_offsets(group(h), G, c.member_id, c.epoch, [OffsetToCommit(t, 0, 10 + n, "")], h.ctx())
+        )
+    assert sorted(group(h).offsets) == sorted([(t, 0), (f"{t}#1", 0)])
+    for c in clients:
+        h.heartbeat(beat(G, c.member_id, -1))
+
+    for topics in ((ResetTopic(name="docs"),), ()):  # the topic named, or every topic
+        result = reset_offsets(group(h), ResetOffsets(G, topics, shift_by=5), h.ctx())
+        lines = [
+            (p.topic_id, p.partition, p.current_offset, p.new_offset) for p in result.response.partitions
+        ]
+        assert sorted(lines) == sorted([(t, 0, 10, 15), (f"{t}#1", 0, 11, 16)])
+        assert all(p.error.name == "NONE" for p in result.response.partitions)
+    h.apply(G, result)
+    assert {k: v.offset for k, v in group(h).offsets.items()} == {(t, 0): 15, (f"{t}#1", 0): 16}
