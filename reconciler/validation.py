@@ -6,10 +6,16 @@ Every message names the field at fault.
 
 from __future__ import annotations
 
+from .assignors.leader import LeaderAssignor
 from .context import GroupConfig
 from .errors import InvalidRequest, UnsupportedAssignor
 from .messages import ConsumerGroupHeartbeat
-from .model import JOIN_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, ClientAssignor
+from .model import (
+    CONSUMER_GROUP_TYPE,
+    JOIN_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    ClientAssignor,
+)
 from .replicas import MAX_REPLICAS
 from .subscription import MAX_REGEX_LENGTH, compile_regex
 from .topics import MAX_TOPIC_NAME_LENGTH
@@ -74,6 +80,13 @@ def validate_consumer_group_heartbeat(req: ConsumerGroupHeartbeat, config: Group
         raise UnsupportedAssignor(
             f"ServerAssignor {req.server_assignor} is not supported. "
             f"Supported assignors: {', '.join(config.assignors)}."
+        )
+    if req.server_assignor == LeaderAssignor.name and req.group_type != CONSUMER_GROUP_TYPE:
+        # Leadership is a partition of a consumer group; a Connect group would get it as a
+        # connector named after the reserved topic.
+        raise UnsupportedAssignor(
+            f"ServerAssignor {LeaderAssignor.name} elects a leader in consumer groups only, "
+            f"not in {req.group_type} groups."
         )
     if req.subscribed_topic_regex:
         compile_regex(req.subscribed_topic_regex)

@@ -383,3 +383,24 @@ TestLeaderMachine = LeaderMachine.TestCase
 def test_the_leader_assignor_is_offered_by_default(assignor: str) -> None:
     assert assignor in CONFIG.assignors and CONFIG.default_assignor == "uniform"
     assert owned(LEADERSHIP)[0].topic_id == LEADERSHIP_TOPIC_ID
+
+
+def test_a_connect_group_cannot_name_the_leader_assignor() -> None:
+    h = EngineHarness()
+    req = ConsumerGroupHeartbeat(
+        group_id="workers",
+        member_id="w1",
+        member_epoch=0,
+        rebalance_timeout_ms=60_000,
+        subscribed_topic_names=(),
+        owned_topic_partitions=(),
+        server_assignor="leader",
+        group_type="connect",
+    )
+    with pytest.raises(ApiError) as refused:
+        h.heartbeat(req)
+    assert refused.value.code is ErrorCode.UNSUPPORTED_ASSIGNOR
+    assert refused.value.message == (
+        "ServerAssignor leader elects a leader in consumer groups only, not in connect groups."
+    )
+    assert "workers" not in h.groups
