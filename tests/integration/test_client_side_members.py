@@ -172,7 +172,7 @@ async def test_a_client_side_assignor_sees_capacities_and_partition_racks(
     start_service: ServiceFactory,
 ) -> None:
     """PrepareAssignment carries what the server-side assignors weigh (issue 24), so a custom
-    client-side assignor can weigh it too; the built-in ones do not."""
+    client-side assignor can weigh it too, as the built-in ones do."""
     service = await start_service(**FAST)
     target = f"127.0.0.1:{service.server.port}"
     async with GroupAdmin(target) as admin:
@@ -193,3 +193,34 @@ async def test_a_client_side_assignor_sees_capacities_and_partition_racks(
     (m,) = snapshot.members
     assert (m.capacity, m.rack_id) == (3, "r1")
     assert [(t.name, t.partition_racks) for t in snapshot.topics] == [("racked", ("r1", "r2", "r1", "r2"))]
+
+
+@pytest.mark.parametrize("side", ["server", "client"])
+async def test_uniform_weighs_racks_and_capacities_alike_on_either_side(
+    start_service: ServiceFactory, side: str
+) -> None:
+    """One meaning per assignor name, racks and capacities included, through real
+    heartbeats: a (rack r1, capacity 2) and b (rack r2) share six partitions
+    alternating r1, r2 four and two; a's four are its rack's three and one more,
+    b's two are of its rack. Whether b joins before or after a's first target,
+    a keeps (or takes) r1's three, b takes r2's first two, and a the last."""
+    service = await start_service(**FAST)
+    target = f"127.0.0.1:{service.server.port}"
+    async with GroupAdmin(target) as admin:
+        await admin.create_topic("racked", 6, racks=["r1", "r2"] * 3)
+    chosen: dict[str, Any] = (
+        {"assignor": "uniform"} if side == "server" else {"client_assignors": [UniformAssignor()]}
+    )
+    async with GroupMember(target) as a, GroupMember(target) as b:
+        await a.join("g", topics=["racked"], rack_id="r1", capacity=2, **chosen)
+        await a.wait_for_assignment(lambda got: len(got) == 6)
+        await b.join("g", topics=["racked"], rack_id="r2", **chosen)
+        async with asyncio.timeout(15):
+            while True:
+                held = [sorted(p.partition for p in m.assignment().partitions) for m in (a, b)]
+                if held == [[0, 2, 4, 5], [1, 3]]:
+                    break
+                assert sum(map(len, held)) <= 6
+                await asyncio.sleep(0.05)
+        group = await service.stubs.describe("g")
+        assert group.assignor_name == "uniform" and group.assignment_error == ""

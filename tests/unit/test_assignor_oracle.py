@@ -26,6 +26,18 @@ any order, topic ids in another order than their names, topics with no
 partitions, and current targets that hold partitions of deleted topics, past
 the end of their topic, or twice. Most are small, for hypothesis to shrink; one
 in four is large (see `large_cases`).
+
+Racks and weights (issue 24): in about two groups of three, members have racks
+(some none, some a rack no partition has) and topics partition racks (some
+topics none), and in about half, members have capacities other than 1, so
+that both sides take their rack-aware and weighted paths (and, where a
+heterogeneous `uniform` group ignores them, show that they do). The members'
+racks and capacities are in their metadata records, as heartbeats leave them,
+and the topics' partition racks in the topics image, so that each side gets
+them from the real entry points. Settled targets are sometimes the server's
+own rack-aware and weighted target, so that the "already balanced and as
+local as possible" path runs too. Run with `--hypothesis-show-statistics` for
+the mix.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -81,6 +93,12 @@ DELETED_TOPIC_ID = "dead"
 #: Ids of members that held partitions once and have left since.
 LEAVERS = ("left-1", "zz-left")
 REGEXES = (None, None, None, "t[01]", "t.*")
+#: Partition racks are drawn from these.
+RACKS = ("r1", "r2", "r3")
+#: Member racks: those of the partitions, none, and one that no partition has.
+MEMBER_RACKS = (None, *RACKS, "r-empty")
+#: Capacities of weighted groups: mostly small, now and then the largest accepted.
+CAPACITIES = (1, 1, 2, 3, 5, 1000)
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,8 @@ class Joined:
     instance_id: str | None
     topic_names: tuple[str, ...]
     regex: str | None
+    rack_id: str | None = None
+    capacity: int = 1
 
 
 @dataclass(frozen=True)
@@ -113,12 +133,19 @@ def _settled(
     subscriptions: Mapping[str, frozenset[str]],
     topics: Mapping[str, Topic],
     targets: dict[str, dict[str, set[int]]],
+    racks: Mapping[str, str | None] | None = None,
+    capacities: Mapping[str, int] | None = None,
 ) -> None:
     """Adds to `targets` the server's own uniform target of members with
-    `subscriptions` (member id -> topic ids) over `topics`."""
+    `subscriptions` (member id -> topic ids) over `topics`, with members' `racks`
+    and `capacities` when given."""
+    racks = racks or {}
+    capacities = capacities or {}
     spec = GroupSpec(
         members={
-            m: MemberSpec(m, None, None, frozenset(subscriptions[m] & topics.keys()), {})
+            m: MemberSpec(
+                m, None, racks.get(m), frozenset(subscriptions[m] & topics.keys()), {}, capacities.get(m, 1)
+            )
             for m in sorted(subscriptions)
         },
         topics={t: topics[t] for t in sorted(topics)},
@@ -146,14 +173,26 @@ def _members(
     choices: Sequence[tuple[tuple[str, ...], str | None]],
     static: Sequence[bool],
     pick: Sequence[int],
+    racks: Sequence[str | None] | None = None,
+    capacities: Sequence[int] | None = None,
 ) -> tuple[Joined, ...]:
-    """Members in the order of `member_ids`, with distinct instance ids in another order."""
+    """Members in the order of `member_ids`, with distinct instance ids in another
+    order, and the given racks and capacities (none and 1 when not given)."""
     numbers = sorted(range(len(member_ids)), key=lambda i: (pick[i], -i))
     members = []
     for n, member_id in enumerate(member_ids):
         # Every subscription has a member; the others pick one.
         topic_names, regex = choices[n] if n < len(choices) else choices[pick[n] % len(choices)]
-        members.append(Joined(member_id, f"i{numbers[n]}" if static[n] else None, topic_names, regex))
+        members.append(
+            Joined(
+                member_id,
+                f"i{numbers[n]}" if static[n] else None,
+                topic_names,
+                regex,
+                racks[n] if racks is not None else None,
+                capacities[n] if capacities is not None else 1,
+            )
+        )
     return tuple(members)
 
 
@@ -162,18 +201,34 @@ def small_cases(draw: st.DrawFn) -> Case:
     """Small groups, whose every choice hypothesis can shrink."""
     ids = draw(st.permutations(TOPIC_IDS))[: draw(st.integers(1, 5))]
     counts = [0, 1, 2, 3, 4, 5, 7, 12]
-    topics = tuple(Topic(topic_id, f"t{i}", draw(st.sampled_from(counts))) for i, topic_id in enumerate(ids))
+    # Two groups in three with racks, each topic with partition racks or none.
+    with_racks = draw(st.integers(0, 2)) > 0
+    topics = []
+    for i, topic_id in enumerate(ids):
+        n = draw(st.sampled_from(counts))
+        racks: tuple[str, ...] = ()
+        if with_racks and draw(st.integers(0, 3)):
+            racks = tuple(draw(st.lists(st.sampled_from(RACKS), min_size=n, max_size=n)))
+        topics.append(Topic(topic_id, f"t{i}", n, racks))
     size = draw(st.integers(1, 9))
     member_ids = draw(
         st.lists(
             st.text(alphabet="abmz019-", min_size=1, max_size=3), min_size=size, max_size=size, unique=True
         )
     )
+    member_racks = None
+    if with_racks:
+        member_racks = draw(st.lists(st.sampled_from(MEMBER_RACKS), min_size=size, max_size=size))
+    capacities = None
+    if draw(st.booleans()):  # weighted, about half
+        capacities = draw(st.lists(st.sampled_from(CAPACITIES), min_size=size, max_size=size))
     members = _members(
         member_ids,
-        _subscriptions(draw, topics),
+        _subscriptions(draw, tuple(topics)),
         draw(st.lists(st.booleans(), min_size=size, max_size=size)),
         draw(st.lists(st.integers(0, 8), min_size=size, max_size=size)),
+        member_racks,
+        capacities,
     )
 
     holders = [*member_ids, *LEAVERS]
@@ -189,7 +244,15 @@ def small_cases(draw: st.DrawFn) -> Case:
         }
         if draw(st.booleans()):
             before_topics[DELETED_TOPIC_ID] = Topic(DELETED_TOPIC_ID, "gone", 3)
-        _settled(dict.fromkeys(before_ids, frozenset(before_topics)), before_topics, targets)
+        # Settled by racks and capacities too, or only by counts (rack-blind, unweighted).
+        aware = draw(st.booleans())
+        _settled(
+            dict.fromkeys(before_ids, frozenset(before_topics)),
+            before_topics,
+            targets,
+            {m.member_id: m.rack_id for m in members} if aware else None,
+            {m.member_id: m.capacity for m in members} if aware else None,
+        )
     if draw(st.booleans()):
         # Random holdings: partitions held twice, past the end of their topic (or below
         # its start), of a deleted topic.
@@ -198,7 +261,9 @@ def small_cases(draw: st.DrawFn) -> Case:
         for topic_id, partition in units:
             for holder in draw(st.lists(st.sampled_from(holders), max_size=2)):
                 targets.setdefault(holder, {}).setdefault(topic_id, set()).add(partition)
-    return Case(topics, members, {m: _assignment(a) for m, a in targets.items() if m in member_ids and a})
+    return Case(
+        tuple(topics), members, {m: _assignment(a) for m, a in targets.items() if m in member_ids and a}
+    )
 
 
 @st.composite
@@ -214,17 +279,48 @@ def large_cases(draw: st.DrawFn) -> Case:
     # which made generating these groups most of the test's time.
     rng = random.Random(draw(st.integers(0, 2**32 - 1)))
     ids = draw(st.permutations(TOPIC_IDS))[: draw(st.integers(1, 5))]
-    topics = tuple(Topic(t, f"t{i}", rng.choice([0, 1, 3, 40, 100, 400])) for i, t in enumerate(ids))
+    # Racks in about two groups of three: a few racks, laid out round robin (as
+    # topics are usually created), skewed to one rack, or at random.
+    rack_count = rng.choice([0, 2, 3, 5]) if rng.random() < 0.67 else 0
+    rack_names = [f"r{k}" for k in range(rack_count)]
+    shared_layout = rng.random() < 0.5  # topics of a size share one layout, or each has its own
+
+    def layout(n: int, seed: int) -> tuple[str, ...]:
+        if not rack_names or rng.random() < 0.2:
+            return ()
+        local = random.Random(seed if shared_layout else rng.random())
+        kind = local.choice(["round robin", "skewed", "random"])
+        if kind == "round robin":
+            return tuple(rack_names[p % len(rack_names)] for p in range(n))
+        if kind == "skewed":
+            return tuple(
+                rack_names[0] if local.random() < 0.7 else local.choice(rack_names) for _ in range(n)
+            )
+        return tuple(local.choice(rack_names) for _ in range(n))
+
+    topics = []
+    for i, t in enumerate(ids):
+        n = rng.choice([0, 1, 3, 40, 100, 400])
+        topics.append(Topic(t, f"t{i}", n, layout(n, n)))
     size = rng.choice([20, 60, 150, 300])
     member_ids = [f"{rng.randrange(36**4):x}-{i}" for i in range(size)]
+    # Members' racks: mostly the partitions' racks, some none, some a rack no partition has.
+    member_racks = [*rack_names, *rack_names, None, "r-empty"] if rack_names else [None]
+    weighted = rng.random() < 0.5
     members = _members(
         member_ids,
-        _subscriptions(draw, topics),
+        _subscriptions(draw, tuple(topics)),
         [rng.random() < 0.3 for _ in member_ids],
         [rng.randrange(size) for _ in member_ids],
+        [rng.choice(member_racks) for _ in member_ids],
+        [rng.choice(CAPACITIES) if weighted else 1 for _ in member_ids],
     )
     image = TopicsImage(topics)
     now = {m.member_id: member_topic_ids(image, m.topic_names, m.regex) for m in members}
+    # Settled by racks and capacities too (the members' own, leavers without), or rack-blind.
+    aware = rng.random() < 0.5
+    racks_of = {m.member_id: m.rack_id for m in members} if aware else None
+    capacities_of = {m.member_id: m.capacity for m in members} if aware else None
 
     # Joins and leaves of a few members are the coordinator's everyday events.
     events = ["fresh", "again", "join", "join", "join", "leave", "leave", "resize", "resubscribe", "all"]
@@ -246,14 +342,14 @@ def large_cases(draw: st.DrawFn) -> Case:
             before_topics[DELETED_TOPIC_ID] = Topic(DELETED_TOPIC_ID, "gone", 3)
         if event in ("resubscribe", "all"):
             before = dict.fromkeys(before, frozenset(before_topics))
-        _settled(before, before_topics, targets)
+        _settled(before, before_topics, targets, racks_of, capacities_of)
     if rng.random() < 0.25:
         # Some invalid holdings on top: held twice, past the end of their topic, of a deleted topic.
         units = [(t.topic_id, p) for t in topics for p in range(t.num_partitions + 2)]
         units += [(DELETED_TOPIC_ID, p) for p in range(3)]
         for topic_id, partition in rng.sample(units, min(len(units), rng.randint(1, 30))):
             targets.setdefault(rng.choice(member_ids), {}).setdefault(topic_id, set()).add(partition)
-    return Case(topics, members, {m: _assignment(a) for m, a in targets.items() if m in now and a})
+    return Case(tuple(topics), members, {m: _assignment(a) for m, a in targets.items() if m in now and a})
 
 
 #: Three small groups for every large one.
@@ -274,6 +370,8 @@ def group_records(case: Case, assignor: str, client_side: bool) -> list[Record]:
                     server_assignor=None if client_side else assignor,
                     rebalance_timeout_ms=30_000,
                     client_assignors=(ClientAssignor(assignor, 0, 0),) if client_side else (),
+                    rack_id=m.rack_id,
+                    capacity=m.capacity,
                 ),
             )
         )
@@ -326,10 +424,23 @@ def client_targets(case: Case, assignor: str) -> dict[str, Assignment]:
 
 
 def _describe(case: Case) -> str:
-    lines = [f"topics: {[(t.topic_id, t.name, t.num_partitions) for t in case.topics]}"]
+    lines = [f"topics: {[(t.topic_id, t.name, t.num_partitions, t.partition_racks) for t in case.topics]}"]
     lines += [f"member {m}" for m in case.members]
     lines += [f"target {m}: {sorted((t, sorted(p)) for t, p in a.items())}" for m, a in case.targets.items()]
     return "\n".join(lines)
+
+
+def _mix(case: Case) -> str:
+    """Which of the server's paths the group can take: its subscriptions, racks, weights."""
+    image = case.image()
+    subscriptions = {member_topic_ids(image, m.topic_names, m.regex) for m in case.members}
+    subscribed = set().union(*subscriptions)
+    racks = any(m.rack_id is not None for m in case.members) and any(
+        image.by_id[t].partition_racks for t in subscribed
+    )
+    weighted = any(m.capacity != 1 for m in case.members)
+    kind = "homogeneous" if len(subscriptions) == 1 else "heterogeneous"
+    return f"{kind}, {'racks' if racks else 'no racks'}, {'weighted' if weighted else 'unweighted'}"
 
 
 @settings(
@@ -341,6 +452,7 @@ def _describe(case: Case) -> str:
 @pytest.mark.parametrize("assignor", sorted(CLIENT_ASSIGNORS))
 @given(case=cases)
 def test_client_and_server_assignors_of_one_name_give_the_same_target(assignor: str, case: Case) -> None:
+    event(_mix(case))
     server = server_targets(case, assignor)
     client = client_targets(case, assignor)
     assert client == server, _describe(case)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
+import math
 import random
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -405,6 +409,197 @@ def test_uniform_property_valid_balanced_sticky(group: GroupSnapshot) -> None:
             mine = {r for r in m.assignment if r in valid and r not in claimed}
             claimed |= mine
             assert len(mine & plan.assignments[m.member_id]) >= min(len(mine), base)
+
+
+# ---------------------------------------------------------------- racks and weights
+
+
+def racked_group(
+    assignor: str,
+    topics: Mapping[str, tuple[str, ...] | int],
+    members: Iterable[tuple[str, str | None, int, Iterable[Resource]]],
+) -> GroupSnapshot:
+    """Every member subscribes to every topic. `topics`: name -> partition racks
+    (or a partition count, without racks); `members`: (id, rack, capacity, current)."""
+    infos = tuple(
+        TopicInfo(f"id-{name}", name, spec, ())
+        if isinstance(spec, int)
+        else TopicInfo(f"id-{name}", name, len(spec), spec)
+        for name, spec in sorted(topics.items())
+    )
+    return GroupSnapshot(
+        group_id="g",
+        group_type=CONSUMER,
+        group_epoch=1,
+        assignor=assignor,
+        members=tuple(
+            sorted(
+                (
+                    AssignorMember(
+                        mid,
+                        rack_id=rack,
+                        capacity=capacity,
+                        subscribed_topics=frozenset(topics),
+                        assignment=frozenset(current),
+                    )
+                    for mid, rack, capacity, current in members
+                ),
+                key=lambda m: m.member_id,
+            )
+        ),
+        topics=infos,
+    )
+
+
+def local_pairs(group: GroupSnapshot, plan: AssignmentPlan) -> int:
+    racks = {t.name: t.partition_racks for t in group.topics}
+    rack_of = {m.member_id: m.rack_id for m in group.members}
+    return sum(
+        1
+        for mid, rs in plan.assignments.items()
+        for r in rs
+        if isinstance(r, TopicPartition) and racks[r.topic] and racks[r.topic][r.partition] == rack_of[mid]
+    )
+
+
+def test_uniform_weighs_members_by_capacity() -> None:
+    """docs/assignment.md, "Weights": capacity 3 and 1 share 12 partitions 9 and 3."""
+    group = racked_group("uniform", {"w": 12}, [("big", None, 3, []), ("small", None, 1, [])])
+    plan = UniformAssignor().assign(group)
+    check_valid(group, plan)
+    assert counts(plan) == {"big": 9, "small": 3}
+
+
+def test_uniform_gives_members_partitions_of_their_rack() -> None:
+    """docs/assignment.md, "Racks": three racks, two partitions each, a member in each."""
+    group = racked_group(
+        "uniform",
+        {"e": ("a", "b", "c") * 2},
+        [("m1", "c", 1, []), ("m2", "a", 1, []), ("m3", "b", 1, [])],
+    )
+    plan = UniformAssignor().assign(group)
+    check_valid(group, plan)
+    assert plan.assignments == {
+        "m1": {tp("e", 2), tp("e", 5)},
+        "m2": {tp("e", 0), tp("e", 3)},
+        "m3": {tp("e", 1), tp("e", 4)},
+    }
+
+
+def test_uniform_takes_a_rack_partition_from_a_member_of_another_rack() -> None:
+    """Locality before stickiness: b's partition held by the member of rack a
+    moves to the member of rack b, which gives up its partition of rack a."""
+    group = racked_group(
+        "uniform",
+        {"e": ("a", "b")},
+        [("ma", "a", 1, [tp("e", 1)]), ("mb", "b", 1, [tp("e", 0)])],
+    )
+    plan = UniformAssignor().assign(group)
+    assert plan.assignments == {"ma": {tp("e", 0)}, "mb": {tp("e", 1)}}
+
+
+def test_uniform_keeps_an_assignment_that_is_balanced_and_as_local_as_possible() -> None:
+    """Rack a has three partitions and one member, whose share is two at most: one
+    of them cannot be local, and which member holds it is left to stickiness."""
+    current = {"ma": [tp("e", 0), tp("e", 3)], "mb": [tp("e", 1)], "mc": [tp("e", 2)]}
+    group = racked_group(
+        "uniform",
+        {"e": ("a", "b", "a", "a")},
+        [("ma", "a", 1, current["ma"]), ("mb", "b", 1, current["mb"]), ("mc", None, 1, current["mc"])],
+    )
+    plan = UniformAssignor().assign(group)
+    assert plan.assignments == {m: frozenset(rs) for m, rs in current.items()}
+
+
+def test_range_with_racks_keeps_co_partitioning_and_gives_units_of_the_members_rack() -> None:
+    group = racked_group(
+        "range",
+        {"x": ("a", "a", "b", "b"), "y": ("a", "a", "b", "b")},
+        [("m1", "b", 1, []), ("m2", "a", 1, [])],
+    )
+    plan = RangeAssignor().assign(group)
+    check_valid(group, plan)
+    assert plan.assignments == {
+        "m1": {tp("x", 2), tp("x", 3), tp("y", 2), tp("y", 3)},
+        "m2": {tp("x", 0), tp("x", 1), tp("y", 0), tp("y", 1)},
+    }
+
+
+def test_range_with_racks_gives_the_extra_unit_where_it_adds_a_local_one() -> None:
+    """Three units, two of rack b: the member of rack b gets the extra one, though
+    the member of rack a comes first in range order."""
+    group = racked_group("range", {"x": ("a", "b", "b")}, [("m1", "a", 1, []), ("m2", "b", 1, [])])
+    plan = RangeAssignor().assign(group)
+    assert plan.assignments == {"m1": {tp("x", 0)}, "m2": {tp("x", 1), tp("x", 2)}}
+
+
+@st.composite
+def racked_groups(draw: st.DrawFn) -> GroupSnapshot:
+    racks = ("a", "b", "c")
+    topics: dict[str, tuple[str, ...] | int] = {}
+    for name in ("t0", "t1")[: draw(st.integers(1, 2))]:
+        n = draw(st.integers(0, 6))
+        topics[name] = (
+            tuple(draw(st.lists(st.sampled_from(racks), min_size=n, max_size=n)))
+            if draw(st.booleans())
+            else n
+        )
+    candidates = [tp(t, p) for t in topics for p in range(7)]
+    members = [
+        (
+            f"m{i}",
+            draw(st.sampled_from((None, *racks))),
+            draw(st.sampled_from((1, 1, 2, 3))),
+            draw(st.sets(st.sampled_from(candidates), max_size=4)),
+        )
+        for i in range(draw(st.integers(1, 5)))
+    ]
+    return racked_group("uniform", topics, members)
+
+
+def _most_local(group: GroupSnapshot) -> int:
+    """The most local pairs of any assignment with quotas by share, by brute force
+    over which members get the extra partition: given the quotas, rack r can have
+    min(partitions of r, quotas of its members) local pairs, and no more."""
+    total = sum(t.num_partitions for t in group.topics)
+    weight = sum(m.capacity for m in group.members)
+    floors = {m.member_id: total * m.capacity // weight for m in group.members}
+    fractional = [m.member_id for m in group.members if total * m.capacity % weight]
+    extra = total - sum(floors.values())
+    sizes: dict[str, int] = {}
+    for t in group.topics:
+        for rack in t.partition_racks:
+            sizes[rack] = sizes.get(rack, 0) + 1
+    best = 0
+    for chosen in itertools.combinations(fractional, extra):
+        quota: dict[str, int] = {}
+        for m in group.members:
+            if m.rack_id is not None:
+                quota[m.rack_id] = quota.get(m.rack_id, 0) + floors[m.member_id] + (m.member_id in chosen)
+        best = max(best, sum(min(n, quota.get(rack, 0)) for rack, n in sizes.items()))
+    return best
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(racked_groups())
+def test_uniform_property_racks_and_weights(group: GroupSnapshot) -> None:
+    """Homogeneous groups: valid, each member within one partition of its exact
+    share, as local as any such assignment, and a result fed back is kept."""
+    plan = UniformAssignor().assign(group)
+    check_valid(group, plan)
+    total = sum(t.num_partitions for t in group.topics)
+    weight = sum(m.capacity for m in group.members)
+    for m in group.members:
+        share = Fraction(total * m.capacity, weight)
+        assert math.floor(share) <= len(plan.assignments[m.member_id]) <= math.ceil(share)
+    assert local_pairs(group, plan) == _most_local(group)
+    again = dataclasses.replace(
+        group,
+        members=tuple(
+            dataclasses.replace(m, assignment=plan.assignments[m.member_id]) for m in group.members
+        ),
+    )
+    assert UniformAssignor().assign(again).assignments == plan.assignments
 
 
 # ---------------------------------------------------------------- eager

@@ -50,7 +50,8 @@ class AssignorMember:
     #: The member's resources in the current target assignment.
     assignment: frozenset[Resource] = frozenset()
     #: The member's weight (GroupMember.join(capacity=...)), 1 by default. The built-in
-    #: client-side assignors do not weigh it (nor racks): a custom one may.
+    #: `uniform` gives homogeneous groups shares proportional to it, as the server's does
+    #: (`range` and heterogeneous `uniform` groups do not weigh it); a custom assignor may.
     capacity: int = 1
 
     @property

@@ -36,8 +36,27 @@ Heterogeneous subscriptions: a greedy that keeps every valid partition.
    lowers the sum of the squared loads, so this ends, and at the end no single
    partition could move to a subscriber of its topic holding two fewer.
 
-Rack awareness is not implemented (as on the server, and in Kafka's built-in
-server assignors).
+Weighted members or racks (homogeneous subscriptions only; heterogeneous
+ones ignore both): when some member's capacity is not 1, or racks are in play
+(some member has a rack and some subscribed topic has partition racks), the
+priorities are, strictly in this order (docs/assignment.md, "Racks" and
+"Weights"):
+1. Balance: each member gets its quota (shares.py: the floor or ceiling of its
+   exact share, proportional to capacity).
+2. Locality: as many local (member, partition) pairs (same rack) as any
+   assignment with quotas like these has (shares.best_local).
+3. Stickiness: an assignment that already meets 1 and 2 stays as it is;
+   otherwise the extra partitions go by shares.choose_extras, then
+   A. each member keeps its current partitions of its own rack, the first ones
+      in the global order up to its quota;
+   B. rack by rack, its members with room (by member id) take the rack's
+      partitions no one kept in A, in the global order: first those no member
+      of another rack holds (unheld, or given up in A), then those held by
+      members of other racks (taking them adds a local pair);
+   C. each member keeps its other current partitions not taken in B, the first
+      ones in the global order up to its room;
+   D. the members with room, by member id, take what is left in the global
+      order.
 """
 
 from __future__ import annotations
@@ -52,6 +71,7 @@ from regroup.client.assignors.base import (
     GroupSnapshot,
     SimpleAssignor,
 )
+from regroup.client.assignors.shares import best_local, choose_extras, rack_gains, racks_in_play, shares
 from regroup.client.types import TopicPartition
 
 #: A partition as (topic id, partition number): tuples sort in the global order.
@@ -80,7 +100,16 @@ class UniformAssignor(SimpleAssignor):
         }
         kept = _kept(members, subscriptions, sizes)
         if len(set(subscriptions.values())) == 1:
-            out = _homogeneous(kept, next(iter(subscriptions.values())), sizes)
+            subscribed = next(iter(subscriptions.values()))
+            member_racks = {m.member_id: m.rack_id for m in members}
+            layouts = {t.topic_id: t.partition_racks for t in group.topics if t.topic_id in subscribed}
+            weighted = any(m.capacity != 1 for m in members)
+            racks = racks_in_play(list(member_racks.values()), list(layouts.values()))
+            if weighted or racks:
+                capacities = {m.member_id: m.capacity for m in members}
+                out = _by_quota(kept, subscribed, sizes, capacities, member_racks if racks else None, layouts)
+            else:
+                out = _homogeneous(kept, subscribed, sizes)
         else:
             out = _heterogeneous(kept, subscriptions, sizes)
         names = {t.topic_id: t.name for t in group.topics}
@@ -141,6 +170,94 @@ def _homogeneous(
         held[m] += pool[start : start + need]
         start += need
     return {m: set(partitions) for m, partitions in held.items()}
+
+
+def _by_quota(
+    kept: dict[str, set[Partition]],
+    subscribed: frozenset[str],
+    sizes: dict[str, int],
+    capacities: dict[str, int],
+    member_racks: dict[str, str | None] | None,
+    layouts: dict[str, tuple[str, ...]],
+) -> dict[str, set[Partition]]:
+    """The homogeneous target with weights or racks (see the module docs);
+    `member_racks` is None when racks are not in play."""
+    member_ids = list(kept)  # in member id order
+    everything = [(t, p) for t in sorted(subscribed) for p in range(sizes[t])]  # the global order
+    floors, fractional = shares(len(everything), capacities)
+    extra = len(everything) - sum(floors.values())
+
+    # A partition's rack, where racks are in play and its topic has them.
+    rack_of: dict[Partition, str] = {}
+    if member_racks is not None:
+        rack_of = {(t, p): layouts[t][p] for t, p in everything if layouts.get(t)}
+
+    def is_local(member_id: str, partition: Partition) -> bool:
+        if member_racks is None or member_racks[member_id] is None:
+            return False
+        return rack_of.get(partition) == member_racks[member_id]
+
+    rack_sizes: dict[str, int] = {}
+    for rack in rack_of.values():
+        rack_sizes[rack] = rack_sizes.get(rack, 0) + 1
+    gains: dict[str, int] = {}
+    if member_racks is not None:
+        gains = rack_gains(member_racks, floors, fractional, rack_sizes)[1]
+
+    # Already balanced (every partition held, each member within its quota) and as
+    # local as possible: nothing moves.
+    balanced = sum(len(p) for p in kept.values()) == len(everything) and all(
+        floors[m] <= len(kept[m]) <= floors[m] + (m in fractional) for m in member_ids
+    )
+    if balanced and (
+        member_racks is None
+        or sum(1 for m in member_ids for p in kept[m] if is_local(m, p))
+        == best_local(member_racks, floors, fractional, extra, rack_sizes)
+    ):
+        return {m: set(kept[m]) for m in member_ids}
+
+    sticky = {m for m in member_ids if len(kept[m]) > floors[m]}
+    chosen = choose_extras(member_ids, fractional, extra, sticky, member_racks or {}, gains)
+    room = {m: floors[m] + (m in chosen) for m in member_ids}
+    out: dict[str, set[Partition]] = {m: set() for m in member_ids}
+
+    def take(member_id: str, partitions: list[Partition]) -> None:
+        out[member_id].update(partitions)
+        room[member_id] -= len(partitions)
+
+    # A. Each member keeps its current local partitions, up to its quota.
+    for m in member_ids:
+        local = sorted(p for p in kept[m] if is_local(m, p))
+        take(m, local[: room[m]])
+
+    # B. Per rack, its members with room take the rack's partitions no one kept.
+    if member_racks is not None:
+        holder = {p: m for m, partitions in kept.items() for p in partitions}
+        for rack in sorted(set(rack_of.values())):
+            assigned = {p for partitions in out.values() for p in partitions}
+            unkept = [p for p in everything if rack_of.get(p) == rack and p not in assigned]
+            # A partition held by a member of this rack and not kept was given up in A.
+            elsewhere = {p for p in unkept if p in holder and member_racks[holder[p]] != rack}
+            pool = [p for p in unkept if p not in elsewhere] + [p for p in unkept if p in elsewhere]
+            for m in member_ids:
+                if member_racks[m] == rack and room[m] > 0:
+                    mine, pool = pool[: room[m]], pool[room[m] :]
+                    take(m, mine)
+
+    # C. Each member keeps its other current partitions that B did not give away, up to its room.
+    assigned = {p for partitions in out.values() for p in partitions}
+    for m in member_ids:
+        rest = sorted(p for p in kept[m] if p not in assigned)
+        take(m, rest[: room[m]])
+
+    # D. The members with room, by member id, take what is left in the global order.
+    assigned = {p for partitions in out.values() for p in partitions}
+    pool = [p for p in everything if p not in assigned]
+    for m in member_ids:
+        if room[m] > 0:
+            mine, pool = pool[: room[m]], pool[room[m] :]
+            take(m, mine)
+    return out
 
 
 def _heterogeneous(
