@@ -237,6 +237,7 @@ def prepare_assignment(
                 subscribed_topic_ids=topic_ids,
                 target=group.target_of(member_id),
                 capacity=member.metadata.capacity,
+                draining=member.draining,
             )
         )
     subscribed = set().union(*eligible.values()) if eligible else set()

@@ -88,6 +88,8 @@ class AssignmentMemberView:
     target: Assignment
     #: Its weight (ConsumerGroupHeartbeatRequest.capacity).
     capacity: int = 1
+    #: Draining (GroupAdmin.DrainMember): to be given nothing.
+    draining: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,6 +179,7 @@ def prepare_to_pb(
             rack_id=m.rack_id or "",
             url=m.url,
             capacity=m.capacity,
+            draining=m.draining,
             assignor_version=m.assignor.version,
             assignor_reason=m.assignor.reason,
             assignor_metadata=m.assignor.metadata,

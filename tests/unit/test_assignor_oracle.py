@@ -42,6 +42,7 @@ the mix.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -111,6 +112,15 @@ class Joined:
     regex: str | None
     rack_id: str | None = None
     capacity: int = 1
+    #: Drained (GroupAdmin.DrainMember): the server leaves it out of the assignment,
+    #: the client side must give it nothing and balance the others the same way.
+    draining: bool = False
+
+
+def _drain(members: tuple[Joined, ...], flags: Sequence[bool]) -> tuple[Joined, ...]:
+    return tuple(
+        dataclasses.replace(m, draining=True) if f else m for m, f in zip(members, flags, strict=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -261,6 +271,9 @@ def small_cases(draw: st.DrawFn) -> Case:
         for topic_id, partition in units:
             for holder in draw(st.lists(st.sampled_from(holders), max_size=2)):
                 targets.setdefault(holder, {}).setdefault(topic_id, set()).add(partition)
+    # Now and then a member drained, as DrainMember leaves it.
+    draws = draw(st.lists(st.integers(0, 4), min_size=len(members), max_size=len(members)))
+    members = _drain(members, [d == 0 for d in draws])
     return Case(
         tuple(topics), members, {m: _assignment(a) for m, a in targets.items() if m in member_ids and a}
     )
@@ -349,6 +362,7 @@ def large_cases(draw: st.DrawFn) -> Case:
         units += [(DELETED_TOPIC_ID, p) for p in range(3)]
         for topic_id, partition in rng.sample(units, min(len(units), rng.randint(1, 30))):
             targets.setdefault(rng.choice(member_ids), {}).setdefault(topic_id, set()).add(partition)
+    members = _drain(members, [rng.random() < 0.05 for _ in members])
     return Case(tuple(topics), members, {m: _assignment(a) for m, a in targets.items() if m in now and a})
 
 
@@ -372,6 +386,7 @@ def group_records(case: Case, assignor: str, client_side: bool) -> list[Record]:
                     client_assignors=(ClientAssignor(assignor, 0, 0),) if client_side else (),
                     rack_id=m.rack_id,
                     capacity=m.capacity,
+                    draining=m.draining,
                 ),
             )
         )

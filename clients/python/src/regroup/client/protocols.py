@@ -127,6 +127,7 @@ def _member(
         subscribed_topics=subscribed,
         assignment=assignment,
         capacity=m.capacity or 1,
+        draining=m.draining,
     )
 
 

@@ -552,6 +552,7 @@ class AssignmentMember(_message.Message):
     ASSIGNMENT_FIELD_NUMBER: _builtins.int
     CONNECT_ASSIGNMENT_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
+    DRAINING_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     member_epoch: _builtins.int
     instance_id: _builtins.str
@@ -564,6 +565,12 @@ class AssignmentMember(_message.Message):
     assignor_metadata: _builtins.bytes
     capacity: _builtins.int
     """The member's weight (ConsumerGroupHeartbeatRequest.capacity), 1 by default."""
+    draining: _builtins.bool
+    """The member is draining (GroupAdmin.DrainMember): it is shown subscribing
+    to nothing and must be given nothing. The server-side assignors leave it
+    out of the group altogether (the others are balanced as if it had left);
+    a client-side assignor that wants the same target does the same.
+    """
     @_builtins.property
     def subscribed_topic_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Consumer groups: the names of the existing topics the member subscribes
@@ -591,10 +598,11 @@ class AssignmentMember(_message.Message):
         assignment: _common_pb2.Assignment | None = ...,
         connect_assignment: _common_pb2.ConnectorsAndTasks | None = ...,
         capacity: _builtins.int = ...,
+        draining: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "connect_assignment", b"connect_assignment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "assignor_metadata", b"assignor_metadata", "assignor_reason", b"assignor_reason", "assignor_version", b"assignor_version", "capacity", b"capacity", "connect_assignment", b"connect_assignment", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names", "url", b"url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assignment", b"assignment", "assignor_metadata", b"assignor_metadata", "assignor_reason", b"assignor_reason", "assignor_version", b"assignor_version", "capacity", b"capacity", "connect_assignment", b"connect_assignment", "draining", b"draining", "instance_id", b"instance_id", "member_epoch", b"member_epoch", "member_id", b"member_id", "rack_id", b"rack_id", "subscribed_topic_names", b"subscribed_topic_names", "url", b"url"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -12,7 +12,8 @@ or `ConnectorTaskId` for Connect groups.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import dataclasses
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -53,6 +54,10 @@ class AssignorMember:
     #: `uniform` gives homogeneous groups shares proportional to it, as the server's does
     #: (`range` and heterogeneous `uniform` groups do not weigh it); a custom assignor may.
     capacity: int = 1
+    #: Draining (GroupAdmin.DrainMember): it must be given nothing. The server-side
+    #: assignors leave it out altogether, balancing the others as if it had left, and
+    #: so do the built-in client-side ones (`SimpleAssignor.without_draining`).
+    draining: bool = False
 
     @property
     def identity(self) -> str:
@@ -133,6 +138,19 @@ class SimpleAssignor:
 
     def metadata(self) -> tuple[int, bytes]:
         return 0, b""
+
+    @staticmethod
+    def without_draining(
+        group: GroupSnapshot, assign: Callable[[GroupSnapshot], AssignmentPlan]
+    ) -> AssignmentPlan:
+        """`assign` over the group without its draining members, which get nothing: the
+        target the server-side assignors compute (they never see a draining member)."""
+        if not any(m.draining for m in group.members):
+            return assign(group)
+        plan = assign(dataclasses.replace(group, members=tuple(m for m in group.members if not m.draining)))
+        empty: frozenset[Resource] = frozenset()
+        assignments = {**plan.assignments, **{m.member_id: empty for m in group.members if m.draining}}
+        return dataclasses.replace(plan, assignments=assignments)
 
     def refuse(self, group: GroupSnapshot) -> AssignmentPlan | None:
         """An error plan when `group` is not of the type this assignor serves."""

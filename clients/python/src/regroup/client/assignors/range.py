@@ -64,6 +64,9 @@ class RangeAssignor(SimpleAssignor):
         refused = self.refuse(group)
         if refused is not None:
             return refused
+        return self.without_draining(group, self._assign)
+
+    def _assign(self, group: GroupSnapshot) -> AssignmentPlan:
         members = sorted(group.members, key=range_order)
         out: dict[str, set[Resource]] = {m.member_id: set() for m in members}
         if racks_in_play([m.rack_id for m in members], [t.partition_racks for t in group.topics]):

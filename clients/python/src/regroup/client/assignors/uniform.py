@@ -88,6 +88,9 @@ class UniformAssignor(SimpleAssignor):
         refused = self.refuse(group)
         if refused is not None:
             return refused
+        return self.without_draining(group, self._assign)
+
+    def _assign(self, group: GroupSnapshot) -> AssignmentPlan:
         members = sorted(group.members, key=lambda m: m.member_id)
         if not members:
             return AssignmentPlan(assignments={})
