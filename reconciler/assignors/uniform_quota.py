@@ -473,11 +473,8 @@ class _Build:
         if not pool:
             return 0
         out, room = self.out, self.room
-        lengths = [len(segment) for _, segment, _ in pool]
-        topics = [topic_id for topic_id, _, _ in pool]
-        parts = list(chain.from_iterable([segment for _, segment, _ in pool]))
-        where = list(chain.from_iterable(starmap(repeat, zip(range(len(pool)), lengths, strict=True))))
-        starts = list(accumulate(lengths, initial=0))
+        flat = _Flat(pool)
+        topics, where, starts, parts = flat.topics, flat.where, flat.starts, flat.parts
         n = len(parts)
         # Runs of takers with nothing yet, found by C passes: each takes its
         # block (ends by accumulate) in one comprehension; the others one by one.
@@ -503,7 +500,7 @@ class _Build:
                         blocks = [
                             {topics[where[a]]: frozenset(parts[a:b])}
                             if where[a] == where[b - 1]
-                            else _split(pool, where, starts, parts, a, b - a)
+                            else flat.split(a, b - a)
                             for a, b in pairwise(ends[: fits + 1])
                         ]
                     run = takers[k : k + fits]
@@ -514,7 +511,7 @@ class _Build:
                 i = takers[k]
                 take = min(room[i], n - pos)
                 got = dict(out[i])
-                for topic_id, added in _split(pool, where, starts, parts, pos, take).items():
+                for topic_id, added in flat.split(pos, take).items():
                     before = got.get(topic_id)
                     got[topic_id] = added if before is None else before | added
                 out[i] = got
@@ -526,9 +523,10 @@ class _Build:
                 break
         whole_segments = bisect_right(starts, pos) - 1
         if taken is not None:
-            for (topic_id, segment, whole), length in zip(pool, lengths, strict=True):
+            for topic_id, segment, whole in pool:
                 if pos <= 0:
                     break
+                length = len(segment)
                 if length > pos:
                     piece: AbstractSet[int] = frozenset(segment[:pos])
                 else:
@@ -538,25 +536,64 @@ class _Build:
         return whole_segments
 
 
-def _split(
-    pool: Pool, where: list[int], starts: list[int], parts: list[int], start: int, count: int
-) -> dict[str, frozenset[int]]:
-    """parts[start : start + count] by topic (`where`: each one's segment,
-    `starts`: where each segment starts): a slice at each end, and the
-    segments in between whole (their set itself when the pool has it)."""
-    end = start + count
-    first, last = where[start], where[end - 1]
-    if first == last:
-        return {pool[first][0]: frozenset(parts[start:end])}
-    out = {pool[first][0]: frozenset(parts[start : starts[first + 1]])}
-    for segment in range(first + 1, last + 1):
-        topic_id, ordered, whole = pool[segment]
-        if segment == last:
-            added = frozenset(parts[starts[segment] : end])
-        elif whole is not None:
-            added = frozenset(whole)  # a frozenset's copy is itself
-        else:
-            added = frozenset(ordered)
-        before = out.get(topic_id)
-        out[topic_id] = added if before is None else before | added
-    return out
+class _Flat:
+    """A pool flattened: `parts` its partitions in order, `where` each one's
+    segment, `starts` where each segment starts, `topics` each segment's topic."""
+
+    __slots__ = ("_wholes", "parts", "pool", "starts", "topics", "unique", "where")
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        lengths = [len(segment) for _, segment, _ in pool]
+        self.topics = [topic_id for topic_id, _, _ in pool]
+        self.parts: list[int] = list(chain.from_iterable([segment for _, segment, _ in pool]))
+        self.where = list(chain.from_iterable(starmap(repeat, zip(range(len(pool)), lengths, strict=True))))
+        self.starts = list(accumulate(lengths, initial=0))
+        #: Whether each topic has one segment (then a block's pieces need no merging).
+        self.unique = len(set(self.topics)) == len(self.topics)
+        self._wholes: list[frozenset[int]] | None = None
+
+    def wholes(self) -> list[frozenset[int]]:
+        """Each segment as a frozenset: its set when the pool has one (topics of
+        one layout share it), else built once per distinct range."""
+        if self._wholes is None:
+            made: dict[tuple[int, int], frozenset[int]] = {}
+            wholes: list[frozenset[int]] = []
+            for _, segment, whole in self.pool:
+                if whole is not None:
+                    wholes.append(frozenset(whole))  # a frozenset's copy is itself
+                elif isinstance(segment, range):
+                    key = (segment.start, segment.stop)
+                    found = made.get(key)
+                    if found is None:
+                        found = made[key] = frozenset(segment)
+                    wholes.append(found)
+                else:
+                    wholes.append(frozenset(segment))
+            self._wholes = wholes
+        return self._wholes
+
+    def split(self, start: int, count: int) -> dict[str, frozenset[int]]:
+        """parts[start : start + count] by topic: a slice at each end, and the
+        segments in between whole (written in one C call when topics are
+        unique: with many small topics a block spans dozens of them)."""
+        where, starts, parts, topics = self.where, self.starts, self.parts, self.topics
+        end = start + count
+        first, last = where[start], where[end - 1]
+        if first == last:
+            return {topics[first]: frozenset(parts[start:end])}
+        out = {topics[first]: frozenset(parts[start : starts[first + 1]])}
+        if self.unique:
+            if last > first + 1:
+                out.update(zip(topics[first + 1 : last], self.wholes()[first + 1 : last], strict=True))
+            out[topics[last]] = frozenset(parts[starts[last] : end])
+            return out
+        for segment in range(first + 1, last + 1):
+            topic_id = topics[segment]
+            if segment == last:
+                added = frozenset(parts[starts[segment] : end])
+            else:
+                added = self.wholes()[segment]
+            before = out.get(topic_id)
+            out[topic_id] = added if before is None else before | added
+        return out
