@@ -252,8 +252,9 @@ class _Build:
         #: Room left if each member kept its whole current target.
         self.room = list(map(sub, quotas, counts))
         self.released: dict[str, set[int]] = {}
-        #: Per topic, the pieces B handed out (subtracted in C and D, in C).
-        self.taken: dict[str, list[AbstractSet[int]]] = {}
+        #: What B handed out, one mapping (topic -> partitions) per handout
+        #: (subtracted in C and D, in C); written in C per handout.
+        self.taken: list[dict[str, AbstractSet[int]]] = []
         #: frozenset({p}) for each partition number p, made once when needed.
         self.singles: list[frozenset[int]] | None = None
         #: Members whose other (non-local) partitions wait for C, with them.
@@ -409,7 +410,7 @@ class _Build:
         for i, other in self.pending.items():
             left: dict[str, AbstractSet[int]] = {}
             for topic_id, partitions in other.items():
-                pieces = self.taken.get(topic_id)
+                pieces = self._taken_of(topic_id)
                 rest = partitions.difference(*pieces) if pieces else partitions
                 if rest:
                     left[topic_id] = rest
@@ -443,7 +444,7 @@ class _Build:
             else:
                 candidates = self.topic_ids
             for topic_id in candidates:
-                pieces = self.taken.get(topic_id, [])
+                pieces = self._taken_of(topic_id)
                 released = self.released.get(topic_id)
                 if unheld is None:
                     size = self.sizes[topic_id]
@@ -460,22 +461,24 @@ class _Build:
         self._hand_out(takers, pool, None)
 
     def _hand_out(
-        self, takers: list[int], pool: Pool, taken: dict[str, list[AbstractSet[int]]] | None
+        self, takers: list[int], pool: Pool, taken: list[dict[str, AbstractSet[int]]] | None
     ) -> int:
         """Each taker in turn takes the next partitions of `pool` up to its room
         (and, with `taken`, records them there). Returns how many segments were
         handed out whole.
 
-        The pool is flattened into one list of partitions beside the index of
-        their segment, built in C, so that a run of takers with nothing yet and
+        Positions in the pool are counted over its segments (`_Segments`), never
+        partition by partition, so that a run of takers with nothing yet and
         equal room takes its blocks in one comprehension, however short the
-        segments (a topic's share of one rack may be a partition or two)."""
+        segments (a topic's share of one rack may be a partition or two), and a
+        block's frozensets are shared where the segments are (topics of one
+        layout share their per-rack tuples)."""
         if not pool:
             return 0
         out, room = self.out, self.room
-        flat = _Flat(pool)
-        topics, where, starts, parts = flat.topics, flat.where, flat.starts, flat.parts
-        n = len(parts)
+        segments = _Segments(pool)
+        starts = segments.starts
+        n = starts[-1]
         # Runs of takers with nothing yet, found by C passes: each takes its
         # block (ends by accumulate) in one comprehension; the others one by one.
         empties = list(map(not_, map(out.__getitem__, takers)))
@@ -488,21 +491,10 @@ class _Build:
                 if fits:
                     blocks: list[Assignment]
                     if ends[fits] - pos == fits:  # one partition each
-                        stop = ends[fits]
-                        # One shared frozenset per partition number, for all topics
-                        # (they are immutable): building one per member was most of it.
-                        singles = self._singles()
-                        blocks = [
-                            {topics[s]: singles[p]}
-                            for s, p in zip(where[pos:stop], parts[pos:stop], strict=True)
-                        ]
+                        blocks = segments.singles(pos, ends[fits], self._singles())
                     else:
-                        blocks = [
-                            {topics[where[a]]: frozenset(parts[a:b])}
-                            if where[a] == where[b - 1]
-                            else flat.split(a, b - a)
-                            for a, b in pairwise(ends[: fits + 1])
-                        ]
+                        block = segments.block
+                        blocks = [block(a, b) for a, b in pairwise(ends[: fits + 1])]
                     run = takers[k : k + fits]
                     deque(map(out.__setitem__, run, blocks), maxlen=0)
                     deque(map(room.__setitem__, run, repeat(0)), maxlen=0)
@@ -511,7 +503,7 @@ class _Build:
                 i = takers[k]
                 take = min(room[i], n - pos)
                 got = dict(out[i])
-                for topic_id, added in flat.split(pos, take).items():
+                for topic_id, added in segments.block(pos, pos + take).items():
                     before = got.get(topic_id)
                     got[topic_id] = added if before is None else before | added
                 out[i] = got
@@ -522,78 +514,113 @@ class _Build:
             if pos == n:
                 break
         whole_segments = bisect_right(starts, pos) - 1
-        if taken is not None:
-            for topic_id, segment, whole in pool:
-                if pos <= 0:
-                    break
-                length = len(segment)
-                if length > pos:
-                    piece: AbstractSet[int] = frozenset(segment[:pos])
-                else:
-                    piece = frozenset(segment) if whole is None else whole
-                taken.setdefault(topic_id, []).append(piece)
-                pos -= length
+        if taken is not None and pos:
+            taken.append(segments.prefix(pos, whole_segments))
         return whole_segments
 
+    def _taken_of(self, topic_id: str) -> list[AbstractSet[int]]:
+        """The pieces of `topic_id` that B handed out."""
+        return [given[topic_id] for given in self.taken if topic_id in given]
 
-class _Flat:
-    """A pool flattened: `parts` its partitions in order, `where` each one's
-    segment, `starts` where each segment starts, `topics` each segment's topic."""
 
-    __slots__ = ("_wholes", "parts", "pool", "starts", "topics", "unique", "where")
+class _Segments:
+    """A pool's segments with their positions: segment s holds positions
+    starts[s] .. starts[s + 1] - 1 of the pool, in order."""
+
+    __slots__ = ("_pieces", "_wholes", "segments", "starts", "topics", "unique")
 
     def __init__(self, pool: Pool) -> None:
-        self.pool = pool
-        lengths = [len(segment) for _, segment, _ in pool]
         self.topics = [topic_id for topic_id, _, _ in pool]
-        self.parts: list[int] = list(chain.from_iterable([segment for _, segment, _ in pool]))
-        self.where = list(chain.from_iterable(starmap(repeat, zip(range(len(pool)), lengths, strict=True))))
-        self.starts = list(accumulate(lengths, initial=0))
+        self.segments = [segment for _, segment, _ in pool]
+        self.starts = list(accumulate(map(len, self.segments), initial=0))
         #: Whether each topic has one segment (then a block's pieces need no merging).
         self.unique = len(set(self.topics)) == len(self.topics)
-        self._wholes: list[frozenset[int]] | None = None
+        #: Each segment as a frozenset: the pool's own set, else made when needed.
+        self._wholes: list[AbstractSet[int] | None] = [whole for _, _, whole in pool]
+        #: Parts of segments made so far, by (the segment object, start, stop):
+        #: topics of one layout share a segment object, and their pieces are equal.
+        self._pieces: dict[tuple[int, int, int], frozenset[int]] = {}
 
-    def wholes(self) -> list[frozenset[int]]:
-        """Each segment as a frozenset: its set when the pool has one (topics of
-        one layout share it), else built once per distinct range."""
-        if self._wholes is None:
-            made: dict[tuple[int, int], frozenset[int]] = {}
-            wholes: list[frozenset[int]] = []
-            for _, segment, whole in self.pool:
-                if whole is not None:
-                    wholes.append(frozenset(whole))  # a frozenset's copy is itself
-                elif isinstance(segment, range):
-                    key = (segment.start, segment.stop)
-                    found = made.get(key)
-                    if found is None:
-                        found = made[key] = frozenset(segment)
-                    wholes.append(found)
-                else:
-                    wholes.append(frozenset(segment))
-            self._wholes = wholes
-        return self._wholes
+    def whole(self, s: int) -> frozenset[int]:
+        found = self._wholes[s]
+        if found is None:
+            found = self._wholes[s] = frozenset(self.segments[s])
+        return frozenset(found)  # a frozenset's copy is itself
 
-    def split(self, start: int, count: int) -> dict[str, frozenset[int]]:
-        """parts[start : start + count] by topic: a slice at each end, and the
-        segments in between whole (written in one C call when topics are
-        unique: with many small topics a block spans dozens of them)."""
-        where, starts, parts, topics = self.where, self.starts, self.parts, self.topics
-        end = start + count
-        first, last = where[start], where[end - 1]
-        if first == last:
-            return {topics[first]: frozenset(parts[start:end])}
-        out = {topics[first]: frozenset(parts[start : starts[first + 1]])}
+    def piece(self, s: int, lo: int, hi: int) -> frozenset[int]:
+        """segments[s][lo:hi] as a frozenset, shared between equal segments."""
+        segment = self.segments[s]
+        if lo == 0 and hi == len(segment):
+            return self.whole(s)
+        key = (id(segment), lo, hi)  # the pool holds the segment: its id stays its own
+        found = self._pieces.get(key)
+        if found is None:
+            found = self._pieces[key] = frozenset(segment[lo:hi])
+        return found
+
+    def block(self, a: int, b: int) -> dict[str, frozenset[int]]:
+        """Positions a .. b - 1 by topic: a piece at each end, and the segments
+        in between whole (written in one C call when topics are unique: with
+        many small topics a block spans dozens of them)."""
+        starts, topics = self.starts, self.topics
+        first = bisect_right(starts, a) - 1
+        if b <= starts[first + 1]:
+            return {topics[first]: self.piece(first, a - starts[first], b - starts[first])}
+        last = bisect_right(starts, b - 1, first + 1) - 1
+        out = {topics[first]: self.piece(first, a - starts[first], starts[first + 1] - starts[first])}
         if self.unique:
             if last > first + 1:
-                out.update(zip(topics[first + 1 : last], self.wholes()[first + 1 : last], strict=True))
-            out[topics[last]] = frozenset(parts[starts[last] : end])
+                middle = range(first + 1, last)
+                wholes = self._wholes[first + 1 : last]
+                if None in wholes:
+                    wholes = list(map(self.whole, middle))
+                out.update(zip(topics[first + 1 : last], wholes, strict=True))  # type: ignore[arg-type]
+            out[topics[last]] = self.piece(last, 0, b - starts[last])
             return out
-        for segment in range(first + 1, last + 1):
-            topic_id = topics[segment]
-            if segment == last:
-                added = frozenset(parts[starts[segment] : end])
-            else:
-                added = self.wholes()[segment]
+        for s in range(first + 1, last + 1):
+            topic_id = topics[s]
+            added = self.whole(s) if s < last else self.piece(s, 0, b - starts[s])
             before = out.get(topic_id)
             out[topic_id] = added if before is None else before | added
         return out
+
+    def prefix(self, stop: int, whole_segments: int) -> dict[str, AbstractSet[int]]:
+        """Positions 0 .. stop - 1 by topic (`whole_segments`: the segments
+        they cover whole), the whole ones written in one C call."""
+        if self.unique:
+            wholes = self._wholes[:whole_segments]
+            if None in wholes:
+                wholes = list(map(self.whole, range(whole_segments)))
+            out: dict[str, AbstractSet[int]] = dict(zip(self.topics[:whole_segments], wholes, strict=True))  # type: ignore[arg-type]
+            if stop > self.starts[whole_segments]:
+                out[self.topics[whole_segments]] = self.piece(
+                    whole_segments, 0, stop - self.starts[whole_segments]
+                )
+            return out
+        out = {}
+        for s, topic_id in enumerate(self.topics):
+            begin = self.starts[s]
+            if begin >= stop:
+                break
+            added = self.whole(s) if stop >= self.starts[s + 1] else self.piece(s, 0, stop - begin)
+            before = out.get(topic_id)
+            out[topic_id] = added if before is None else before | added
+        return out
+
+    def singles(self, a: int, b: int, singles: list[frozenset[int]]) -> list[Assignment]:
+        """One block per position a .. b - 1, each the one partition there
+        (`singles[p]`: the shared frozenset({p}))."""
+        starts, topics, segments = self.starts, self.topics, self.segments
+        first = bisect_right(starts, a) - 1
+        last = bisect_right(starts, b - 1, first) - 1
+        if first == last:
+            topic_id = topics[first]
+            offset = starts[first]
+            return [{topic_id: x} for x in map(singles.__getitem__, segments[first][a - offset : b - offset])]
+        parts: list[Sequence[int]] = [segments[first][a - starts[first] :]]
+        parts += segments[first + 1 : last]
+        parts.append(segments[last][: b - starts[last]])
+        keys = chain.from_iterable(map(repeat, topics[first : last + 1], map(len, parts)))
+        return [
+            {t: x} for t, x in zip(keys, map(singles.__getitem__, chain.from_iterable(parts)), strict=True)
+        ]
