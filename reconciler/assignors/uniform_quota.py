@@ -434,7 +434,10 @@ class _Build:
         takers = list(compress(self.order, map(gt, map(room.__getitem__, self.order), repeat(0))))
         pool: Pool = []
         if self.unheld is None and not self.taken:
-            pool = [(t, range(self.sizes[t]), None) for t in self.topic_ids]
+            # One range and one frozenset per distinct size, shared by its topics
+            # (blocks cut from equal segments then share their pieces too).
+            wholes = {n: (range(n), frozenset(range(n))) for n in set(self.sizes.values())}
+            pool = [(t, *wholes[n]) for t, n in self.sizes.items()]
         else:
             unheld = self.unheld
             if unheld is not None:
