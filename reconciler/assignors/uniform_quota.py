@@ -530,7 +530,7 @@ class _Segments:
     """A pool's segments with their positions: segment s holds positions
     starts[s] .. starts[s + 1] - 1 of the pool, in order."""
 
-    __slots__ = ("_pieces", "_wholes", "segments", "starts", "topics", "unique")
+    __slots__ = ("_pieces", "_shapes", "_wholes", "period", "segments", "starts", "topics", "unique")
 
     def __init__(self, pool: Pool) -> None:
         self.topics = [topic_id for topic_id, _, _ in pool]
@@ -543,6 +543,14 @@ class _Segments:
         #: Parts of segments made so far, by (the segment object, start, stop):
         #: topics of one layout share a segment object, and their pieces are equal.
         self._pieces: dict[tuple[int, int, int], frozenset[int]] = {}
+        #: With one segment repeated for every (distinct) topic, as topics of one
+        #: layout give each rack: its length. A block is then one of a few shapes
+        #: (by where it starts in a segment, and its size), made once each, and
+        #: only its topics differ.
+        self.period = 0
+        if self.unique and self.segments.count(self.segments[0]) == len(self.segments):
+            self.period = len(self.segments[0])
+        self._shapes: dict[tuple[int, int], list[frozenset[int]]] = {}
 
     def whole(self, s: int) -> frozenset[int]:
         found = self._wholes[s]
@@ -563,8 +571,22 @@ class _Segments:
 
     def block(self, a: int, b: int) -> dict[str, frozenset[int]]:
         """Positions a .. b - 1 by topic: a piece at each end, and the segments
-        in between whole (written in one C call when topics are unique: with
-        many small topics a block spans dozens of them)."""
+        in between whole."""
+        if self.period:
+            first, offset = divmod(a, self.period)
+            key = (offset, b - a)
+            shape = self._shapes.get(key)
+            if shape is None:
+                shape = self._shapes[key] = list(self._block(a, b).values())
+            if len(shape) == 1:
+                return {self.topics[first]: shape[0]}
+            return dict(zip(self.topics[first : first + len(shape)], shape, strict=True))
+        return self._block(a, b)
+
+    def _block(self, a: int, b: int) -> dict[str, frozenset[int]]:
+        """`block`, cut from the segments (the whole ones in between written in
+        one C call when topics are unique: with many small topics a block spans
+        dozens of them)."""
         starts, topics = self.starts, self.topics
         first = bisect_right(starts, a) - 1
         if b <= starts[first + 1]:
