@@ -72,9 +72,14 @@ def assign_range_with_racks(spec: GroupSpec) -> dict[str, Assignment]:
         if size == 0:
             continue
         subscribers = grouped[groups[0]] if len(groups) == 1 else [m for g in groups for m in grouped[g]]
-        rack_of = {m.member_id: m.rack_id for m in subscribers}
         order = _first_in_order(subscribers, len(subscribers))
-        racks = list(map(rack_of.__getitem__, order))
+        if order == [m.member_id for m in subscribers]:
+            # Already in range order (dynamic members, kept in id order by the
+            # group): the racks in that order without a dict over the members.
+            racks = [m.rack_id for m in subscribers]
+        else:
+            rack_of = {m.member_id: m.rack_id for m in subscribers}
+            racks = list(map(rack_of.__getitem__, order))
         units = unit_racks([spec.topics[t] for t in topic_ids])
         for i, indices in split_units(size, racks, units).items():
             partitions = frozenset(indices)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import eq, gt, not_
 
 
@@ -70,20 +70,30 @@ def choose_extras(
     chosen = [False] * len(candidates)
     if not extra:
         return chosen
-    eligible = list(compress(order, map(candidates.__getitem__, order)))
-    sticky = list(map(gt, map(counts.__getitem__, eligible), map(floors.__getitem__, eligible)))
-    passes = [list(compress(eligible, sticky)), list(compress(eligible, map(not_, sticky)))]
+    if candidates.count(True) == len(candidates):  # a C count: every share fractional
+        eligible = list(order)
+    else:
+        eligible = list(compress(order, map(candidates.__getitem__, order)))
+    passes: list[list[int]]
+    if max(counts) <= min(floors):  # no one above its floor (nothing held, say): no C passes
+        passes = [[], eligible]
+    else:
+        sticky = list(map(gt, map(counts.__getitem__, eligible), map(floors.__getitem__, eligible)))
+        passes = [list(compress(eligible, sticky)), list(compress(eligible, map(not_, sticky)))]
     left = extra
     if gains and member_racks is not None:
         gain_left = dict(gains)
         for members in passes:
             if not left:
                 break
+            if not members:
+                continue
             racks = list(map(member_racks.__getitem__, members))
             picks: list[int] = []
             for rack, gain in gain_left.items():
                 if gain > 0:
-                    found = list(compress(members, map(eq, racks, repeat(rack))))[:gain]
+                    # Lazy C passes, stopped at the rack's gain.
+                    found = list(islice(compress(members, map(eq, racks, repeat(rack))), gain))
                     picks += found
                     gain_left[rack] -= len(found)
             if len(picks) > left:
@@ -98,7 +108,7 @@ def choose_extras(
     for members in passes:
         if not left:
             break
-        rest = list(compress(members, map(not_, map(chosen.__getitem__, members))))[:left]
+        rest = list(islice(compress(members, map(not_, map(chosen.__getitem__, members))), left))
         deque(map(chosen.__setitem__, rest, repeat(True)), maxlen=0)
         left -= len(rest)
     return chosen
