@@ -31,10 +31,11 @@ member's units are contiguous within its rack's units, not in general.
 
 from __future__ import annotations
 
-from collections import Counter
+from bisect import bisect_left
+from collections import Counter, deque
 from collections.abc import Sequence
-from itertools import compress, repeat
-from operator import add, eq, not_
+from itertools import accumulate, compress, repeat
+from operator import add, eq, not_, sub
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from ..topics import Topic
@@ -81,7 +82,12 @@ def assign_range_with_racks(spec: GroupSpec) -> dict[str, Assignment]:
             rack_of = {m.member_id: m.rack_id for m in subscribers}
             racks = list(map(rack_of.__getitem__, order))
         units = unit_racks([spec.topics[t] for t in topic_ids])
-        for i, indices in split_units(size, racks, units).items():
+        split = split_units(size, racks, units)
+        if not assigned:  # the first class: every member's target made in C
+            targets = map(dict.fromkeys, repeat(topic_ids), map(frozenset, split.values()))
+            assigned.update(zip(map(order.__getitem__, split), targets, strict=True))
+            continue
+        for i, indices in split.items():
             partitions = frozenset(indices)
             assigned.setdefault(order[i], {}).update(dict.fromkeys(topic_ids, partitions))
 
@@ -134,18 +140,18 @@ def split_units(
     # Each member takes its rack's units in index order, up to its room.
     receiving = list(compress(range(count), room))
     receiving_racks = list(map(racks.__getitem__, receiving))
+    # In C per rack: the members' rooms in order give where each one's slice of
+    # the rack's units starts and ends, and those that start before the end get one.
     for rack in sorted(by_rack):
         indices = by_rack[rack]
-        start = 0
-        for i in compress(receiving, map(eq, receiving_racks, repeat(rack))):
-            if start == len(indices):
-                break
-            mine = indices[start : start + room[i]]
-            start += len(mine)
-            out[i] = mine
-            room[i] -= len(mine)
-            for index in mine:
-                taken[index] = True
+        takers = list(compress(receiving, map(eq, receiving_racks, repeat(rack))))
+        rooms = list(map(room.__getitem__, takers))
+        ends = list(accumulate(rooms, initial=0))
+        served = bisect_left(ends, len(indices), 0, len(takers))
+        slices = list(map(indices.__getitem__, map(slice, ends[:served], ends[1 : served + 1])))
+        out.update(zip(takers[:served], slices, strict=True))
+        deque(map(room.__setitem__, takers[:served], map(sub, rooms, map(len, slices))), maxlen=0)
+        deque(map(taken.__setitem__, indices[: ends[served]], repeat(True)), maxlen=0)
     # The members with room, in range order, take the rest in index order.
     rest = list(compress(range(size), map(not_, taken))) if by_rack else range(size)
     pos = 0
