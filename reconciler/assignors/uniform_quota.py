@@ -479,7 +479,7 @@ class _Build:
         if not pool:
             return 0
         out, room = self.out, self.room
-        segments = _Segments(pool)
+        segments = _Segments(pool, len(takers))
         starts = segments.starts
         n = starts[-1]
         # Runs of takers with nothing yet, found by C passes: each takes its
@@ -530,9 +530,11 @@ class _Segments:
     """A pool's segments with their positions: segment s holds positions
     starts[s] .. starts[s + 1] - 1 of the pool, in order."""
 
-    __slots__ = ("_pieces", "_shapes", "_wholes", "period", "segments", "starts", "topics", "unique")
+    __slots__ = ("_shapes", "_wholes", "period", "segments", "starts", "topics", "unique")
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, takers: int) -> None:
+        """`takers`: how many members will take blocks (shapes are worth it only
+        when they outnumber the segment's positions well)."""
         self.topics = [topic_id for topic_id, _, _ in pool]
         self.segments = [segment for _, segment, _ in pool]
         self.starts = list(accumulate(map(len, self.segments), initial=0))
@@ -540,16 +542,18 @@ class _Segments:
         self.unique = len(set(self.topics)) == len(self.topics)
         #: Each segment as a frozenset: the pool's own set, else made when needed.
         self._wholes: list[AbstractSet[int] | None] = [whole for _, _, whole in pool]
-        #: Parts of segments made so far, by (the segment object, start, stop):
-        #: topics of one layout share a segment object, and their pieces are equal.
-        self._pieces: dict[tuple[int, int, int], frozenset[int]] = {}
         #: With one segment repeated for every (distinct) topic, as topics of one
         #: layout give each rack: its length. A block is then one of a few shapes
         #: (by where it starts in a segment, and its size), made once each, and
         #: only its topics differ.
         self.period = 0
-        if self.unique and self.segments.count(self.segments[0]) == len(self.segments):
-            self.period = len(self.segments[0])
+        period = len(self.segments[0])
+        if (
+            4 * period <= takers
+            and self.unique
+            and self.segments.count(self.segments[0]) == len(self.segments)
+        ):
+            self.period = period
         self._shapes: dict[tuple[int, int], list[frozenset[int]]] = {}
 
     def whole(self, s: int) -> frozenset[int]:
@@ -559,15 +563,11 @@ class _Segments:
         return frozenset(found)  # a frozenset's copy is itself
 
     def piece(self, s: int, lo: int, hi: int) -> frozenset[int]:
-        """segments[s][lo:hi] as a frozenset, shared between equal segments."""
+        """segments[s][lo:hi] as a frozenset (the segment's own when whole)."""
         segment = self.segments[s]
         if lo == 0 and hi == len(segment):
             return self.whole(s)
-        key = (id(segment), lo, hi)  # the pool holds the segment: its id stays its own
-        found = self._pieces.get(key)
-        if found is None:
-            found = self._pieces[key] = frozenset(segment[lo:hi])
-        return found
+        return frozenset(segment[lo:hi])
 
     def block(self, a: int, b: int) -> dict[str, frozenset[int]]:
         """Positions a .. b - 1 by topic: a piece at each end, and the segments
@@ -590,7 +590,10 @@ class _Segments:
         starts, topics = self.starts, self.topics
         first = bisect_right(starts, a) - 1
         if b <= starts[first + 1]:
-            return {topics[first]: self.piece(first, a - starts[first], b - starts[first])}
+            begin = starts[first]
+            if a == begin and b == starts[first + 1]:
+                return {topics[first]: self.whole(first)}
+            return {topics[first]: frozenset(self.segments[first][a - begin : b - begin])}
         last = bisect_right(starts, b - 1, first + 1) - 1
         out = {topics[first]: self.piece(first, a - starts[first], starts[first + 1] - starts[first])}
         if self.unique:
