@@ -160,14 +160,18 @@ def _local_index(
     created together share one), so that the per-rack entries of a layout's
     topics are written by C calls."""
     by_layout: dict[tuple[str, ...], list[str]] = {}
-    for topic_id in topic_ids:
-        layout = spec.topics[topic_id].partition_racks
-        if layout:
-            found = by_layout.get(layout)
-            if found is None:
-                by_layout[layout] = [topic_id]
-            else:
-                found.append(topic_id)
+    topics = spec.topics
+    all_layouts = [topics[t].partition_racks for t in topic_ids]
+    if all_layouts[0] and all_layouts.count(all_layouts[0]) == len(all_layouts):
+        by_layout[all_layouts[0]] = topic_ids  # one layout (a C count, by identity first)
+    else:
+        for topic_id, layout in zip(topic_ids, all_layouts, strict=True):
+            if layout:
+                found = by_layout.get(layout)
+                if found is None:
+                    by_layout[layout] = [topic_id]
+                else:
+                    found.append(topic_id)
     wanted = set(member_racks)
     local_of: dict[str, dict[str, frozenset[int]]] = {}
     ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
@@ -446,14 +450,22 @@ class _Build:
                 candidates = sorted(self.leftovers)
             else:
                 candidates = self.topic_ids
+            full: dict[int, frozenset[int]] = {}  # per topic size, all its partitions
             for topic_id in candidates:
                 pieces = self._taken_of(topic_id)
                 released = self.released.get(topic_id)
-                if unheld is None:
+                if unheld is None and not released:
+                    # Nothing held: what B did not hand out, in one C call.
                     size = self.sizes[topic_id]
-                    if not released and sum(map(len, pieces)) == size:
-                        continue  # all taken in B
-                    rest = set(range(size))
+                    whole = full.get(size)
+                    if whole is None:
+                        whole = full[size] = frozenset(range(size))
+                    left = whole.difference(*pieces)
+                    if left:
+                        pool.append((topic_id, sorted(left), None))
+                    continue
+                if unheld is None:
+                    rest = set(range(self.sizes[topic_id]))
                 else:
                     rest = set(unheld.get(topic_id, ()))
                 if released:
