@@ -73,8 +73,13 @@ def assign_range_with_racks(spec: GroupSpec) -> dict[str, Assignment]:
         if size == 0:
             continue
         subscribers = grouped[groups[0]] if len(groups) == 1 else [m for g in groups for m in grouped[g]]
-        order = _first_in_order(subscribers, len(subscribers))
-        if order == [m.member_id for m in subscribers]:
+        ids = [m.member_id for m in subscribers]
+        instance_ids = [m.instance_id for m in subscribers]
+        # Range order: with no static members, by member id (_first_in_order's rule).
+        order = (
+            sorted(ids) if instance_ids.count(None) == len(ids) else _first_in_order(subscribers, len(ids))
+        )
+        if order == ids:
             # Already in range order (dynamic members, kept in id order by the
             # group): the racks in that order without a dict over the members.
             racks = [m.rack_id for m in subscribers]
@@ -127,7 +132,7 @@ def split_units(
     candidates = [extra > 0] * count
     gains: dict[str, int] = {}
     by_rack: dict[str, list[int]] = {}
-    if units is not None and any(rack is not None for rack in racks):
+    if units is not None and racks.count(None) != len(racks):
         for index, rack in enumerate(units):
             if rack is not None:
                 by_rack.setdefault(rack, []).append(index)
@@ -155,7 +160,8 @@ def split_units(
     # The members with room, in range order, take the rest in index order.
     rest = list(compress(range(size), map(not_, taken))) if by_rack else range(size)
     pos = 0
-    for i in compress(range(count), room):
+    # (Nothing left: no scan of the members at all.)
+    for i in compress(range(count), room) if len(rest) else ():
         if pos == len(rest):
             break
         more = list(rest[pos : pos + room[i]])

@@ -70,11 +70,13 @@ def choose_extras(
     chosen = [False] * len(candidates)
     if not extra:
         return chosen
+    # `order` as range(n) (members already in id order): member i is at position i.
+    identity = isinstance(order, range) and order == range(len(candidates))
     if candidates.count(True) == len(candidates):  # a C count: every share fractional
-        eligible = list(order)
+        eligible = order if identity else list(order)
     else:
         eligible = list(compress(order, map(candidates.__getitem__, order)))
-    passes: list[list[int]]
+    passes: list[Sequence[int]]
     if max(counts) <= min(floors):  # no one above its floor (nothing held, say): no C passes
         passes = [[], eligible]
     else:
@@ -88,7 +90,12 @@ def choose_extras(
                 break
             if not members:
                 continue
-            racks = list(map(member_racks.__getitem__, members))
+            # Every member, in order: its racks are `member_racks` itself.
+            racks = (
+                member_racks
+                if identity and len(members) == len(member_racks)
+                else list(map(member_racks.__getitem__, members))
+            )
             picks: list[int] = []
             for rack, gain in gain_left.items():
                 if gain > 0:
