@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import accumulate, chain, compress, groupby, pairwise, repeat, starmap
-from operator import add, eq, ge, gt, le, not_, sub
+from operator import add, ge, gt, le, not_, sub
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec
@@ -104,7 +104,8 @@ def assign_by_quota(
     elif balanced:
         return GroupAssignment(member_ids, currents)
 
-    order = list(range(len(members))) if in_order(member_ids) else _id_order(member_ids)
+    # A range when members come in id order (the coordinator's): read in place.
+    order: Sequence[int] = range(len(members)) if in_order(member_ids) else _id_order(member_ids)
     chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains)
     quotas = list(map(add, floors, chosen))
     build = _Build(currents, counts, quotas, order, topic_ids, sizes, unheld)
@@ -240,7 +241,7 @@ class _Build:
         currents: list[Assignment],
         counts: list[int],
         quotas: list[int],
-        order: list[int],
+        order: Sequence[int],
         topic_ids: list[str],
         sizes: list[int],
         unheld: Mapping[str, AbstractSet[int]] | None,
@@ -342,7 +343,7 @@ class _Build:
             for rack in sorted(takers):
                 mine, ordered = local_of[rack], ordered_of[rack]
                 pool: Pool = [(t, ordered[t], mine[t]) for t in self.topic_ids if t in mine]
-                whole = self._hand_out(takers[rack], pool, self.taken)
+                whole = self._hand_out(takers[rack], pool, self.taken, fresh=True)
                 leftovers.update(t for t, _, _ in pool[whole:])
             self.leftovers = leftovers
             return
@@ -381,28 +382,29 @@ class _Build:
     def _takers_by_rack(
         self, member_racks: Sequence[str | None], local_of: LocalIndex
     ) -> dict[str, list[int]]:
-        """Per rack with partitions, its members with room, by id. C passes
-        per rack when racks are few (the usual case), else one Python loop."""
+        """Per rack with partitions, its members with room, by id: one C pass
+        appending each member to its rack's list (members of other racks, or
+        none, to a list thrown away); R passes of comparisons cost 3x that."""
         room = self.room
-        order = [i for i in self.order if room[i] > 0] if min(room) <= 0 else self.order
-        takers: dict[str, list[int]] = {}
-        if len(local_of) <= 8:
-            racks_in_order = list(map(member_racks.__getitem__, order))
-            for rack in local_of:
-                found = list(compress(order, map(eq, racks_in_order, repeat(rack))))
-                if found:
-                    takers[rack] = found
-            return takers
-        for i in order:
-            member_rack = member_racks[i]
-            if member_rack is not None and member_rack in local_of:
-                takers.setdefault(member_rack, []).append(i)
-        return takers
+        order = self.order
+        if min(room) <= 0:
+            order = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
+        racks_in_order = (
+            member_racks
+            if isinstance(order, range) and len(order) == len(member_racks)  # in id order
+            else list(map(member_racks.__getitem__, order))
+        )
+        groups: dict[str | None, list[int]] = {rack: [] for rack in local_of}
+        elsewhere: list[int] = []
+        deque(map(list.append, map(groups.get, racks_in_order, repeat(elsewhere)), order), maxlen=0)
+        return {rack: found for rack, found in groups.items() if found and rack is not None}
 
     def keep_rest(self) -> None:
         """C: members keep their other current partitions (those B did not give
         away) up to their room; without racks, members above their quota cut
         down to it (the first partitions in the global order stay)."""
+        if self.unheld is None:
+            return  # nothing was held: no one is above its quota, no one keeps anything
         if not self.pending:
             for i in compress(range(len(self.room)), map(gt, repeat(0), self.room)):
                 current = self.currents[i]
@@ -435,7 +437,11 @@ class _Build:
         room = self.room
         if max(room) <= 0:
             return
-        takers = list(compress(self.order, map(gt, map(room.__getitem__, self.order), repeat(0))))
+        order = self.order
+        if isinstance(order, range) and len(order) == len(room):  # in id order: room read in place
+            takers = list(compress(order, map(gt, room, repeat(0))))
+        else:
+            takers = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
         pool: Pool = []
         if self.unheld is None and not self.taken:
             # One range and one frozenset per distinct size, shared by its topics
@@ -476,7 +482,11 @@ class _Build:
         self._hand_out(takers, pool, None)
 
     def _hand_out(
-        self, takers: list[int], pool: Pool, taken: list[dict[str, AbstractSet[int]]] | None
+        self,
+        takers: list[int],
+        pool: Pool,
+        taken: list[dict[str, AbstractSet[int]]] | None,
+        fresh: bool = False,
     ) -> int:
         """Each taker in turn takes the next partitions of `pool` up to its room
         (and, with `taken`, records them there). Returns how many segments were
@@ -496,10 +506,11 @@ class _Build:
         n = starts[-1]
         # Runs of takers with nothing yet, found by C passes: each takes its
         # block (ends by accumulate) in one comprehension; the others one by one.
-        empties = list(map(not_, map(out.__getitem__, takers)))
+        # `fresh`: every taker has nothing yet (one run, no pass to find it).
+        empties = [True] if fresh else list(map(not_, map(out.__getitem__, takers)))
         pos = k = 0
         for empty, same in groupby(empties):
-            count = len(list(same))
+            count = len(takers) if fresh else len(list(same))
             if empty:
                 ends = list(accumulate(map(room.__getitem__, takers[k : k + count]), initial=pos))
                 fits = bisect_right(ends, n) - 1
