@@ -32,7 +32,7 @@ member's units are contiguous within its rack's units, not in general.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from itertools import accumulate, compress, repeat
 from operator import add, eq, not_, sub
@@ -155,8 +155,11 @@ def split_units(
         served = bisect_left(ends, len(indices), 0, len(takers))
         slices = list(map(indices.__getitem__, map(slice, ends[:served], ends[1 : served + 1])))
         out.update(zip(takers[:served], slices, strict=True))
-        deque(map(room.__setitem__, takers[:served], map(sub, rooms, map(len, slices))), maxlen=0)
-        deque(map(taken.__setitem__, indices[: ends[served]], repeat(True)), maxlen=0)
+        # Plain loops: a subscript store is 2-4x cheaper than map(list.__setitem__).
+        for i, left in zip(takers[:served], map(sub, rooms, map(len, slices)), strict=True):
+            room[i] = left
+        for index in indices[: ends[served]]:
+            taken[index] = True
     # The members with room, in range order, take the rest in index order.
     rest = list(compress(range(size), map(not_, taken))) if by_rack else range(size)
     pos = 0

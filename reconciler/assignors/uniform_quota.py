@@ -46,7 +46,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import accumulate, chain, compress, groupby, pairwise, repeat, starmap
+from itertools import accumulate, compress, groupby, pairwise, repeat, starmap
 from operator import add, ge, gt, le, not_, sub
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
@@ -522,8 +522,11 @@ class _Build:
                         block = segments.block
                         blocks = [block(a, b) for a, b in pairwise(ends[: fits + 1])]
                     run = takers[k : k + fits]
-                    deque(map(out.__setitem__, run, blocks), maxlen=0)
-                    deque(map(room.__setitem__, run, repeat(0)), maxlen=0)
+                    # A plain loop: subscript stores cost a quarter of
+                    # deque(map(list.__setitem__, ...)) (a slot wrapper call each).
+                    for i, got in zip(run, blocks, strict=True):
+                        out[i] = got
+                        room[i] = 0
                     pos, k, count = ends[fits], k + fits, count - fits
             while count and pos < n:
                 i = takers[k]
@@ -668,10 +671,15 @@ class _Segments:
             topic_id = topics[first]
             offset = starts[first]
             return [{topic_id: x} for x in map(singles.__getitem__, segments[first][a - offset : b - offset])]
-        parts: list[Sequence[int]] = [segments[first][a - starts[first] :]]
-        parts += segments[first + 1 : last]
-        parts.append(segments[last][: b - starts[last]])
-        keys = chain.from_iterable(map(repeat, topics[first : last + 1], map(len, parts)))
-        return [
-            {t: x} for t, x in zip(keys, map(singles.__getitem__, chain.from_iterable(parts)), strict=True)
-        ]
+        # Each segment's singles as a list, made once per segment object (topics
+        # of one layout share it), then one nested comprehension, as uniform.py's
+        # _fresh builds its blocks.
+        made: dict[int, list[frozenset[int]]] = {}
+        mapped = [list(map(singles.__getitem__, segments[first][a - starts[first] :]))]
+        for segment in segments[first + 1 : last]:
+            found = made.get(id(segment))
+            if found is None:
+                found = made[id(segment)] = list(map(singles.__getitem__, segment))
+            mapped.append(found)
+        mapped.append(list(map(singles.__getitem__, segments[last][: b - starts[last]])))
+        return [{t: x} for t, xs in zip(topics[first : last + 1], mapped, strict=True) for x in xs]
