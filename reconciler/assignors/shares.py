@@ -19,7 +19,7 @@ stickiness), then the rest; each step by member id.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from itertools import compress, islice, repeat
 from operator import eq, gt, not_
@@ -80,7 +80,10 @@ def choose_extras(
     if max(counts) <= min(floors):  # no one above its floor (nothing held, say): no C passes
         passes = [[], eligible]
     else:
-        sticky = list(map(gt, map(counts.__getitem__, eligible), map(floors.__getitem__, eligible)))
+        if eligible is order and identity:  # every member, in place
+            sticky = list(map(gt, counts, floors))
+        else:
+            sticky = list(map(gt, map(counts.__getitem__, eligible), map(floors.__getitem__, eligible)))
         passes = [list(compress(eligible, sticky)), list(compress(eligible, map(not_, sticky)))]
     left = extra
     if gains and member_racks is not None:
@@ -97,12 +100,26 @@ def choose_extras(
                 else list(map(member_racks.__getitem__, members))
             )
             picks: list[int] = []
-            for rack, gain in gain_left.items():
-                if gain > 0:
-                    # Lazy C passes, stopped at the rack's gain.
-                    found = list(islice(compress(members, map(eq, racks, repeat(rack))), gain))
-                    picks += found
-                    gain_left[rack] -= len(found)
+            if 2 * sum(gain for gain in gain_left.values() if gain > 0) >= len(members):
+                # Gains cover most members: one C pass puts each member in its
+                # rack's list (a list thrown away for racks without gain).
+                groups: dict[str | None, list[int]] = {
+                    rack: [] for rack, gain in gain_left.items() if gain > 0
+                }
+                elsewhere: list[int] = []
+                deque(map(list.append, map(groups.get, racks, repeat(elsewhere)), members), maxlen=0)
+                for rack, found in groups.items():
+                    if rack is not None:
+                        found = found[: gain_left[rack]]
+                        picks += found
+                        gain_left[rack] -= len(found)
+            else:
+                for rack, gain in gain_left.items():
+                    if gain > 0:
+                        # Lazy C passes, stopped at the rack's gain.
+                        found = list(islice(compress(members, map(eq, racks, repeat(rack))), gain))
+                        picks += found
+                        gain_left[rack] -= len(found)
             if len(picks) > left:
                 # Only the first `left` in order get it; give the others' gain back.
                 picks.sort(key=_rank(order, len(candidates)).__getitem__)
