@@ -42,7 +42,7 @@ empty members with equal room takes its blocks in one comprehension.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -213,16 +213,26 @@ def _id_order(member_ids: list[str]) -> list[int]:
 
 
 def first_in_order(partitions: Mapping[str, AbstractSet[int]], k: int) -> dict[str, frozenset[int]]:
-    """The first `k` of `partitions` in the global order."""
-    out: dict[str, frozenset[int]] = {}
-    for topic_id in sorted(partitions):
-        if k <= 0:
-            break
-        held = partitions[topic_id]
-        if not held:
-            continue
-        out[topic_id] = frozenset(held) if len(held) <= k else frozenset(sorted(held)[:k])
-        k -= len(out[topic_id])
+    """The first `k` of `partitions` in the global order: the topics whose
+    running count stays within `k` whole (found by C passes and a bisection;
+    a member cut by one partition keeps all but one topic as it was), then
+    the first partitions of the next one."""
+    if k <= 0:
+        return {}
+    topic_ids = sorted(partitions)
+    held = list(map(partitions.__getitem__, topic_ids))
+    lengths = list(map(len, held))
+    if 0 in lengths:  # empty entries are left out: drop them first
+        topic_ids = list(compress(topic_ids, lengths))
+        held = list(compress(held, lengths))
+        lengths = list(compress(lengths, lengths))
+    ends = list(accumulate(lengths))
+    cut = bisect_left(ends, k)  # topics before it are kept whole
+    out = dict(zip(topic_ids[:cut], map(frozenset, held[:cut]), strict=True))
+    if cut < len(topic_ids):
+        take = k - (ends[cut - 1] if cut else 0)
+        last = held[cut]
+        out[topic_ids[cut]] = frozenset(last) if len(last) <= take else frozenset(sorted(last)[:take])
     return out
 
 
@@ -269,7 +279,10 @@ class _Build:
 
     def _release(self, current: Mapping[str, AbstractSet[int]], kept: Mapping[str, AbstractSet[int]]) -> None:
         for topic_id, partitions in current.items():
-            rest = partitions - kept[topic_id] if topic_id in kept else partitions
+            mine = kept.get(topic_id)
+            if mine is partitions:
+                continue  # kept whole (the same object)
+            rest = partitions - mine if mine is not None else partitions
             if rest:
                 self.released.setdefault(topic_id, set()).update(rest)
 
