@@ -219,6 +219,16 @@ def first_in_order(partitions: Mapping[str, AbstractSet[int]], k: int) -> dict[s
     the first partitions of the next one."""
     if k <= 0:
         return {}
+    if len(partitions) <= 8:  # few topics: one Python pass is cheaper than the set-up
+        out: dict[str, frozenset[int]] = {}
+        for topic_id in sorted(partitions):
+            held_now = partitions[topic_id]
+            if held_now:
+                out[topic_id] = frozenset(held_now) if len(held_now) <= k else frozenset(sorted(held_now)[:k])
+                k -= len(out[topic_id])
+                if k <= 0:
+                    break
+        return out
     topic_ids = sorted(partitions)
     held = list(map(partitions.__getitem__, topic_ids))
     lengths = list(map(len, held))
@@ -270,6 +280,8 @@ class _Build:
         #: What B handed out, one mapping (topic -> partitions) per handout
         #: (subtracted in C and D, in C); written in C per handout.
         self.taken: list[dict[str, AbstractSet[int]]] = []
+        #: The same by topic, gathered when first asked for (after B).
+        self.taken_by_topic: dict[str, list[AbstractSet[int]]] = {}
         #: frozenset({p}) for each partition number p, made once when needed.
         self.singles: list[frozenset[int]] | None = None
         #: Members whose other (non-local) partitions wait for C, with them.
@@ -561,8 +573,14 @@ class _Build:
         return whole_segments
 
     def _taken_of(self, topic_id: str) -> list[AbstractSet[int]]:
-        """The pieces of `topic_id` that B handed out."""
-        return [given[topic_id] for given in self.taken if topic_id in given]
+        """The pieces of `topic_id` that B handed out (gathered once per topic:
+        C asks for each topic once per member that holds it)."""
+        found = self.taken_by_topic.get(topic_id)
+        if found is None:
+            found = self.taken_by_topic[topic_id] = [
+                given[topic_id] for given in self.taken if topic_id in given
+            ]
+        return found
 
 
 class _Segments:
