@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import accumulate, compress, groupby, pairwise, repeat, starmap
-from operator import add, ge, gt, le, not_, sub
+from operator import add, and_, ge, gt, is_not, le, not_, sub
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec
@@ -188,6 +188,9 @@ def _local_index(
     return local_of, ordered_of, layouts
 
 
+_NONE: frozenset[int] = frozenset()
+
+
 def _local_counts(
     currents: Sequence[Assignment], member_racks: Sequence[str | None], local_of: LocalIndex
 ) -> list[int]:
@@ -198,6 +201,10 @@ def _local_counts(
         if not current or rack is None or rack not in local_of:
             continue
         mine = local_of[rack]
+        if len(current) > 4:
+            # Many topics: their intersections with the rack's by C passes.
+            out[i] = sum(map(len, map(and_, current.values(), map(mine.get, current, repeat(_NONE)))))
+            continue
         local = 0
         for topic_id in current:
             found = mine.get(topic_id)
@@ -290,10 +297,11 @@ class _Build:
         self.leftovers: set[str] | None = None
 
     def _release(self, current: Mapping[str, AbstractSet[int]], kept: Mapping[str, AbstractSet[int]]) -> None:
-        for topic_id, partitions in current.items():
+        # Topics kept whole (the same object) are skipped by C passes: a member
+        # cut by a partition or two changes one topic of dozens.
+        for topic_id in compress(current, map(is_not, map(kept.get, current), current.values())):
+            partitions = current[topic_id]
             mine = kept.get(topic_id)
-            if mine is partitions:
-                continue  # kept whole (the same object)
             rest = partitions - mine if mine is not None else partitions
             if rest:
                 self.released.setdefault(topic_id, set()).update(rest)
@@ -325,17 +333,12 @@ class _Build:
                 self.room[i] = 0
                 continue
             mine = local_of[rack]
-            local: dict[str, frozenset[int]] = {}
-            other: dict[str, frozenset[int]] = {}
-            for topic_id, partitions in current.items():
-                found = mine.get(topic_id)
-                both = partitions & found if found is not None else frozenset()
-                if both:
-                    local[topic_id] = both
-                    if len(both) < len(partitions):
-                        other[topic_id] = partitions - both
-                else:
-                    other[topic_id] = partitions
+            # Per topic, its local and other partitions, by C passes over the topics.
+            values = list(current.values())
+            boths = list(map(and_, values, map(mine.get, current, repeat(_NONE))))
+            rests = list(map(sub, values, boths))
+            local: dict[str, frozenset[int]] = dict(compress(zip(current, boths, strict=True), boths))
+            other: dict[str, frozenset[int]] = dict(compress(zip(current, rests, strict=True), rests))
             if local_counts[i] > quota:
                 kept = first_in_order(local, quota)
                 self._release(local, kept)
