@@ -472,9 +472,12 @@ class _Build:
             takers = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
         pool: Pool = []
         if self.unheld is None and not self.taken:
-            # One range and one frozenset per distinct size, shared by its topics
-            # (blocks cut from equal segments then share their pieces too).
-            wholes = {n: (range(n), frozenset(range(n))) for n in set(self.sizes.values())}
+            # One tuple and one frozenset per distinct size, shared by its topics
+            # (blocks cut from equal segments then share their pieces too). Tuples
+            # of ints made once, as uniform.py's _fresh: a block's frozenset is then
+            # built from a slice of existing ints (a range slice makes new ones).
+            ints = tuple(range(max(self.sizes.values())))
+            wholes = {n: (ints[:n], frozenset(ints[:n])) for n in set(self.sizes.values())}
             pool = [(t, *wholes[n]) for t, n in self.sizes.items()]
         else:
             unheld = self.unheld
