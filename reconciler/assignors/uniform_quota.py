@@ -370,9 +370,20 @@ class _Build:
                     leftovers.update(topic_ids)
             for rack in sorted(takers):
                 mine, ordered = local_of[rack], ordered_of[rack]
-                pool: Pool = [(t, ordered[t], mine[t]) for t in self.topic_ids if t in mine]
-                whole = self._hand_out(takers[rack], pool, self.taken, fresh=True)
-                leftovers.update(t for t, _, _ in pool[whole:])
+                # The rack's segments straight from the index, by C passes (no
+                # tuple per topic to take apart again).
+                present = self.topic_ids
+                if len(mine) != len(present):
+                    present = [t for t in present if t in mine]
+                segments = _Segments(
+                    present,
+                    list(map(ordered.__getitem__, present)),
+                    list(map(mine.__getitem__, present)),
+                    len(takers[rack]),
+                    unique=True,
+                )
+                whole = self._hand_out(takers[rack], segments, self.taken, fresh=True)
+                leftovers.update(present[whole:])
             self.leftovers = leftovers
             return
         # Where a rack's unkept partitions can be: unheld, released in A, or held
@@ -400,7 +411,7 @@ class _Build:
                     elsewhere = ours.intersection(frozenset().union(*others[topic_id]))
                     if elsewhere:
                         held.append((topic_id, sorted(elsewhere), None))
-            self._hand_out(takers[rack], pool + held, self.taken)
+            self._hand_out(takers[rack], _Segments.of(pool + held, len(takers[rack])), self.taken)
 
     def _singles(self) -> list[frozenset[int]]:
         if self.singles is None:
@@ -510,12 +521,12 @@ class _Build:
                 rest.difference_update(*pieces)
                 if rest:
                     pool.append((topic_id, sorted(rest), None))
-        self._hand_out(takers, pool, None)
+        self._hand_out(takers, _Segments.of(pool, len(takers)), None)
 
     def _hand_out(
         self,
         takers: list[int],
-        pool: Pool,
+        segments: _Segments,
         taken: list[dict[str, AbstractSet[int]]] | None,
         fresh: bool = False,
     ) -> int:
@@ -529,10 +540,9 @@ class _Build:
         segments (a topic's share of one rack may be a partition or two), and a
         block's frozensets are shared where the segments are (topics of one
         layout share their per-rack tuples)."""
-        if not pool:
+        if not segments.topics:
             return 0
         out, room = self.out, self.room
-        segments = _Segments(pool, len(takers))
         starts = segments.starts
         n = starts[-1]
         # Runs of takers with nothing yet, found by C passes: each takes its
@@ -595,29 +605,48 @@ class _Segments:
 
     __slots__ = ("_shapes", "_wholes", "period", "segments", "starts", "topics", "unique")
 
-    def __init__(self, pool: Pool, takers: int) -> None:
-        """`takers`: how many members will take blocks (shapes are worth it only
-        when they outnumber the segment's positions well)."""
-        self.topics = [topic_id for topic_id, _, _ in pool]
-        self.segments = [segment for _, segment, _ in pool]
-        self.starts = list(accumulate(map(len, self.segments), initial=0))
+    def __init__(
+        self,
+        topics: list[str],
+        segments: list[Sequence[int]],
+        wholes: list[AbstractSet[int] | None],
+        takers: int,
+        unique: bool | None = None,
+    ) -> None:
+        """Segment s: partitions `segments[s]` of `topics[s]`, the same as a set
+        `wholes[s]` where there is one. `takers`: how many members will take
+        blocks (shapes are worth it only when they outnumber the segment's
+        positions well); `unique`: whether the topics are distinct, if known."""
+        self.topics = topics
+        self.segments = segments
+        self.starts = list(accumulate(map(len, segments), initial=0))
         #: Whether each topic has one segment (then a block's pieces need no merging).
-        self.unique = len(set(self.topics)) == len(self.topics)
+        self.unique = len(set(topics)) == len(topics) if unique is None else unique
         #: Each segment as a frozenset: the pool's own set, else made when needed.
-        self._wholes: list[AbstractSet[int] | None] = [whole for _, _, whole in pool]
+        self._wholes = wholes
         #: With one segment repeated for every (distinct) topic, as topics of one
         #: layout give each rack: its length. A block is then one of a few shapes
         #: (by where it starts in a segment, and its size), made once each, and
         #: only its topics differ.
         self.period = 0
-        period = len(self.segments[0])
+        period = len(segments[0]) if segments else 0
         if (
-            4 * period <= takers
+            0 < 4 * period <= takers
             and self.unique
             and self.segments.count(self.segments[0]) == len(self.segments)
         ):
             self.period = period
         self._shapes: dict[tuple[int, int], list[frozenset[int]]] = {}
+
+    @classmethod
+    def of(cls, pool: Pool, takers: int) -> _Segments:
+        """The segments of `pool`."""
+        return cls(
+            [topic_id for topic_id, _, _ in pool],
+            [segment for _, segment, _ in pool],
+            [whole for _, _, whole in pool],
+            takers,
+        )
 
     def whole(self, s: int) -> frozenset[int]:
         found = self._wholes[s]
