@@ -108,11 +108,15 @@ def rack_gains(
                 floor_sum[rack] = floors[0] * members
                 candidate_count[rack] = members if candidates[0] else 0
     else:
-        for rack, floor, candidate in zip(member_racks, floors, candidates, strict=True):
+        # Counted per distinct (rack, floor, candidate) in C: with capacities of
+        # a few values these are few, and a Python pass per member is not needed.
+        for (rack, floor, candidate), members in Counter(
+            zip(member_racks, floors, candidates, strict=True)
+        ).items():
             if rack is None or rack not in sizes:
                 continue
-            floor_sum[rack] = floor_sum.get(rack, 0) + floor
-            candidate_count[rack] = candidate_count.get(rack, 0) + candidate
+            floor_sum[rack] = floor_sum.get(rack, 0) + floor * members
+            candidate_count[rack] = candidate_count.get(rack, 0) + candidate * members
     base_local = 0
     gains: dict[str, int] = {}
     for rack, floor_total in floor_sum.items():

@@ -31,10 +31,11 @@ member's units are contiguous within its rack's units, not in general.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
-from itertools import compress, repeat
-from operator import add, eq, not_
+from itertools import accumulate, compress, repeat
+from operator import add, eq, not_, sub
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from ..topics import Topic
@@ -72,11 +73,26 @@ def assign_range_with_racks(spec: GroupSpec) -> dict[str, Assignment]:
         if size == 0:
             continue
         subscribers = grouped[groups[0]] if len(groups) == 1 else [m for g in groups for m in grouped[g]]
-        rack_of = {m.member_id: m.rack_id for m in subscribers}
-        order = _first_in_order(subscribers, len(subscribers))
-        racks = list(map(rack_of.__getitem__, order))
+        ids = [m.member_id for m in subscribers]
+        instance_ids = [m.instance_id for m in subscribers]
+        # Range order: with no static members, by member id (_first_in_order's rule).
+        order = (
+            sorted(ids) if instance_ids.count(None) == len(ids) else _first_in_order(subscribers, len(ids))
+        )
+        if order == ids:
+            # Already in range order (dynamic members, kept in id order by the
+            # group): the racks in that order without a dict over the members.
+            racks = [m.rack_id for m in subscribers]
+        else:
+            rack_of = {m.member_id: m.rack_id for m in subscribers}
+            racks = list(map(rack_of.__getitem__, order))
         units = unit_racks([spec.topics[t] for t in topic_ids])
-        for i, indices in split_units(size, racks, units).items():
+        split = split_units(size, racks, units)
+        if not assigned:  # the first class: every member's target made in C
+            targets = map(dict.fromkeys, repeat(topic_ids), map(frozenset, split.values()))
+            assigned.update(zip(map(order.__getitem__, split), targets, strict=True))
+            continue
+        for i, indices in split.items():
             partitions = frozenset(indices)
             assigned.setdefault(order[i], {}).update(dict.fromkeys(topic_ids, partitions))
 
@@ -116,7 +132,7 @@ def split_units(
     candidates = [extra > 0] * count
     gains: dict[str, int] = {}
     by_rack: dict[str, list[int]] = {}
-    if units is not None and any(rack is not None for rack in racks):
+    if units is not None and racks.count(None) != len(racks):
         for index, rack in enumerate(units):
             if rack is not None:
                 by_rack.setdefault(rack, []).append(index)
@@ -129,22 +145,26 @@ def split_units(
     # Each member takes its rack's units in index order, up to its room.
     receiving = list(compress(range(count), room))
     receiving_racks = list(map(racks.__getitem__, receiving))
+    # In C per rack: the members' rooms in order give where each one's slice of
+    # the rack's units starts and ends, and those that start before the end get one.
     for rack in sorted(by_rack):
         indices = by_rack[rack]
-        start = 0
-        for i in compress(receiving, map(eq, receiving_racks, repeat(rack))):
-            if start == len(indices):
-                break
-            mine = indices[start : start + room[i]]
-            start += len(mine)
-            out[i] = mine
-            room[i] -= len(mine)
-            for index in mine:
-                taken[index] = True
+        takers = list(compress(receiving, map(eq, receiving_racks, repeat(rack))))
+        rooms = list(map(room.__getitem__, takers))
+        ends = list(accumulate(rooms, initial=0))
+        served = bisect_left(ends, len(indices), 0, len(takers))
+        slices = list(map(indices.__getitem__, map(slice, ends[:served], ends[1 : served + 1])))
+        out.update(zip(takers[:served], slices, strict=True))
+        # Plain loops: a subscript store is 2-4x cheaper than map(list.__setitem__).
+        for i, left in zip(takers[:served], map(sub, rooms, map(len, slices)), strict=True):
+            room[i] = left
+        for index in indices[: ends[served]]:
+            taken[index] = True
     # The members with room, in range order, take the rest in index order.
     rest = list(compress(range(size), map(not_, taken))) if by_rack else range(size)
     pos = 0
-    for i in compress(range(count), room):
+    # (Nothing left: no scan of the members at all.)
+    for i in compress(range(count), room) if len(rest) else ():
         if pos == len(rest):
             break
         more = list(rest[pos : pos + room[i]])

@@ -42,12 +42,12 @@ empty members with equal room takes its blocks in one comprehension.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import accumulate, chain, compress, groupby, pairwise, repeat, starmap
-from operator import add, eq, ge, gt, le, not_, sub
+from itertools import accumulate, compress, groupby, pairwise, repeat, starmap
+from operator import add, and_, ge, gt, is_not, le, not_, sub
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec
@@ -104,7 +104,8 @@ def assign_by_quota(
     elif balanced:
         return GroupAssignment(member_ids, currents)
 
-    order = list(range(len(members))) if in_order(member_ids) else _id_order(member_ids)
+    # A range when members come in id order (the coordinator's): read in place.
+    order: Sequence[int] = range(len(members)) if in_order(member_ids) else _id_order(member_ids)
     chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains)
     quotas = list(map(add, floors, chosen))
     build = _Build(currents, counts, quotas, order, topic_ids, sizes, unheld)
@@ -160,14 +161,18 @@ def _local_index(
     created together share one), so that the per-rack entries of a layout's
     topics are written by C calls."""
     by_layout: dict[tuple[str, ...], list[str]] = {}
-    for topic_id in topic_ids:
-        layout = spec.topics[topic_id].partition_racks
-        if layout:
-            found = by_layout.get(layout)
-            if found is None:
-                by_layout[layout] = [topic_id]
-            else:
-                found.append(topic_id)
+    topics = spec.topics
+    all_layouts = [topics[t].partition_racks for t in topic_ids]
+    if all_layouts[0] and all_layouts.count(all_layouts[0]) == len(all_layouts):
+        by_layout[all_layouts[0]] = topic_ids  # one layout (a C count, by identity first)
+    else:
+        for topic_id, layout in zip(topic_ids, all_layouts, strict=True):
+            if layout:
+                found = by_layout.get(layout)
+                if found is None:
+                    by_layout[layout] = [topic_id]
+                else:
+                    found.append(topic_id)
     wanted = set(member_racks)
     local_of: dict[str, dict[str, frozenset[int]]] = {}
     ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
@@ -183,6 +188,9 @@ def _local_index(
     return local_of, ordered_of, layouts
 
 
+_NONE: frozenset[int] = frozenset()
+
+
 def _local_counts(
     currents: Sequence[Assignment], member_racks: Sequence[str | None], local_of: LocalIndex
 ) -> list[int]:
@@ -193,6 +201,10 @@ def _local_counts(
         if not current or rack is None or rack not in local_of:
             continue
         mine = local_of[rack]
+        if len(current) > 4:
+            # Many topics: their intersections with the rack's by C passes.
+            out[i] = sum(map(len, map(and_, current.values(), map(mine.get, current, repeat(_NONE)))))
+            continue
         local = 0
         for topic_id in current:
             found = mine.get(topic_id)
@@ -208,16 +220,36 @@ def _id_order(member_ids: list[str]) -> list[int]:
 
 
 def first_in_order(partitions: Mapping[str, AbstractSet[int]], k: int) -> dict[str, frozenset[int]]:
-    """The first `k` of `partitions` in the global order."""
-    out: dict[str, frozenset[int]] = {}
-    for topic_id in sorted(partitions):
-        if k <= 0:
-            break
-        held = partitions[topic_id]
-        if not held:
-            continue
-        out[topic_id] = frozenset(held) if len(held) <= k else frozenset(sorted(held)[:k])
-        k -= len(out[topic_id])
+    """The first `k` of `partitions` in the global order: the topics whose
+    running count stays within `k` whole (found by C passes and a bisection;
+    a member cut by one partition keeps all but one topic as it was), then
+    the first partitions of the next one."""
+    if k <= 0:
+        return {}
+    if len(partitions) <= 8:  # few topics: one Python pass is cheaper than the set-up
+        out: dict[str, frozenset[int]] = {}
+        for topic_id in sorted(partitions):
+            held_now = partitions[topic_id]
+            if held_now:
+                out[topic_id] = frozenset(held_now) if len(held_now) <= k else frozenset(sorted(held_now)[:k])
+                k -= len(out[topic_id])
+                if k <= 0:
+                    break
+        return out
+    topic_ids = sorted(partitions)
+    held = list(map(partitions.__getitem__, topic_ids))
+    lengths = list(map(len, held))
+    if 0 in lengths:  # empty entries are left out: drop them first
+        topic_ids = list(compress(topic_ids, lengths))
+        held = list(compress(held, lengths))
+        lengths = list(compress(lengths, lengths))
+    ends = list(accumulate(lengths))
+    cut = bisect_left(ends, k)  # topics before it are kept whole
+    out = dict(zip(topic_ids[:cut], map(frozenset, held[:cut]), strict=True))
+    if cut < len(topic_ids):
+        take = k - (ends[cut - 1] if cut else 0)
+        last = held[cut]
+        out[topic_ids[cut]] = frozenset(last) if len(last) <= take else frozenset(sorted(last)[:take])
     return out
 
 
@@ -236,7 +268,7 @@ class _Build:
         currents: list[Assignment],
         counts: list[int],
         quotas: list[int],
-        order: list[int],
+        order: Sequence[int],
         topic_ids: list[str],
         sizes: list[int],
         unheld: Mapping[str, AbstractSet[int]] | None,
@@ -252,8 +284,11 @@ class _Build:
         #: Room left if each member kept its whole current target.
         self.room = list(map(sub, quotas, counts))
         self.released: dict[str, set[int]] = {}
-        #: Per topic, the pieces B handed out (subtracted in C and D, in C).
-        self.taken: dict[str, list[AbstractSet[int]]] = {}
+        #: What B handed out, one mapping (topic -> partitions) per handout
+        #: (subtracted in C and D, in C); written in C per handout.
+        self.taken: list[dict[str, AbstractSet[int]]] = []
+        #: The same by topic, gathered when first asked for (after B).
+        self.taken_by_topic: dict[str, list[AbstractSet[int]]] = {}
         #: frozenset({p}) for each partition number p, made once when needed.
         self.singles: list[frozenset[int]] | None = None
         #: Members whose other (non-local) partitions wait for C, with them.
@@ -262,8 +297,12 @@ class _Build:
         self.leftovers: set[str] | None = None
 
     def _release(self, current: Mapping[str, AbstractSet[int]], kept: Mapping[str, AbstractSet[int]]) -> None:
-        for topic_id, partitions in current.items():
-            rest = partitions - kept[topic_id] if topic_id in kept else partitions
+        # Topics kept whole (the same object) are skipped by C passes: a member
+        # cut by a partition or two changes one topic of dozens.
+        for topic_id in compress(current, map(is_not, map(kept.get, current), current.values())):
+            partitions = current[topic_id]
+            mine = kept.get(topic_id)
+            rest = partitions - mine if mine is not None else partitions
             if rest:
                 self.released.setdefault(topic_id, set()).update(rest)
 
@@ -294,17 +333,12 @@ class _Build:
                 self.room[i] = 0
                 continue
             mine = local_of[rack]
-            local: dict[str, frozenset[int]] = {}
-            other: dict[str, frozenset[int]] = {}
-            for topic_id, partitions in current.items():
-                found = mine.get(topic_id)
-                both = partitions & found if found is not None else frozenset()
-                if both:
-                    local[topic_id] = both
-                    if len(both) < len(partitions):
-                        other[topic_id] = partitions - both
-                else:
-                    other[topic_id] = partitions
+            # Per topic, its local and other partitions, by C passes over the topics.
+            values = list(current.values())
+            boths = list(map(and_, values, map(mine.get, current, repeat(_NONE))))
+            rests = list(map(sub, values, boths))
+            local: dict[str, frozenset[int]] = dict(compress(zip(current, boths, strict=True), boths))
+            other: dict[str, frozenset[int]] = dict(compress(zip(current, rests, strict=True), rests))
             if local_counts[i] > quota:
                 kept = first_in_order(local, quota)
                 self._release(local, kept)
@@ -336,9 +370,20 @@ class _Build:
                     leftovers.update(topic_ids)
             for rack in sorted(takers):
                 mine, ordered = local_of[rack], ordered_of[rack]
-                pool: Pool = [(t, ordered[t], mine[t]) for t in self.topic_ids if t in mine]
-                whole = self._hand_out(takers[rack], pool, self.taken)
-                leftovers.update(t for t, _, _ in pool[whole:])
+                # The rack's segments straight from the index, by C passes (no
+                # tuple per topic to take apart again).
+                present = self.topic_ids
+                if len(mine) != len(present):
+                    present = [t for t in present if t in mine]
+                segments = _Segments(
+                    present,
+                    list(map(ordered.__getitem__, present)),
+                    list(map(mine.__getitem__, present)),
+                    len(takers[rack]),
+                    unique=True,
+                )
+                whole = self._hand_out(takers[rack], segments, self.taken, fresh=True)
+                leftovers.update(present[whole:])
             self.leftovers = leftovers
             return
         # Where a rack's unkept partitions can be: unheld, released in A, or held
@@ -366,7 +411,7 @@ class _Build:
                     elsewhere = ours.intersection(frozenset().union(*others[topic_id]))
                     if elsewhere:
                         held.append((topic_id, sorted(elsewhere), None))
-            self._hand_out(takers[rack], pool + held, self.taken)
+            self._hand_out(takers[rack], _Segments.of(pool + held, len(takers[rack])), self.taken)
 
     def _singles(self) -> list[frozenset[int]]:
         if self.singles is None:
@@ -376,28 +421,29 @@ class _Build:
     def _takers_by_rack(
         self, member_racks: Sequence[str | None], local_of: LocalIndex
     ) -> dict[str, list[int]]:
-        """Per rack with partitions, its members with room, by id. C passes
-        per rack when racks are few (the usual case), else one Python loop."""
+        """Per rack with partitions, its members with room, by id: one C pass
+        appending each member to its rack's list (members of other racks, or
+        none, to a list thrown away); R passes of comparisons cost 3x that."""
         room = self.room
-        order = [i for i in self.order if room[i] > 0] if min(room) <= 0 else self.order
-        takers: dict[str, list[int]] = {}
-        if len(local_of) <= 8:
-            racks_in_order = list(map(member_racks.__getitem__, order))
-            for rack in local_of:
-                found = list(compress(order, map(eq, racks_in_order, repeat(rack))))
-                if found:
-                    takers[rack] = found
-            return takers
-        for i in order:
-            member_rack = member_racks[i]
-            if member_rack is not None and member_rack in local_of:
-                takers.setdefault(member_rack, []).append(i)
-        return takers
+        order = self.order
+        if min(room) <= 0:
+            order = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
+        racks_in_order = (
+            member_racks
+            if isinstance(order, range) and len(order) == len(member_racks)  # in id order
+            else list(map(member_racks.__getitem__, order))
+        )
+        groups: dict[str | None, list[int]] = {rack: [] for rack in local_of}
+        elsewhere: list[int] = []
+        deque(map(list.append, map(groups.get, racks_in_order, repeat(elsewhere)), order), maxlen=0)
+        return {rack: found for rack, found in groups.items() if found and rack is not None}
 
     def keep_rest(self) -> None:
         """C: members keep their other current partitions (those B did not give
         away) up to their room; without racks, members above their quota cut
         down to it (the first partitions in the global order stay)."""
+        if self.unheld is None:
+            return  # nothing was held: no one is above its quota, no one keeps anything
         if not self.pending:
             for i in compress(range(len(self.room)), map(gt, repeat(0), self.room)):
                 current = self.currents[i]
@@ -409,7 +455,7 @@ class _Build:
         for i, other in self.pending.items():
             left: dict[str, AbstractSet[int]] = {}
             for topic_id, partitions in other.items():
-                pieces = self.taken.get(topic_id)
+                pieces = self._taken_of(topic_id)
                 rest = partitions.difference(*pieces) if pieces else partitions
                 if rest:
                     left[topic_id] = rest
@@ -430,10 +476,20 @@ class _Build:
         room = self.room
         if max(room) <= 0:
             return
-        takers = list(compress(self.order, map(gt, map(room.__getitem__, self.order), repeat(0))))
+        order = self.order
+        if isinstance(order, range) and len(order) == len(room):  # in id order: room read in place
+            takers = list(compress(order, map(gt, room, repeat(0))))
+        else:
+            takers = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
         pool: Pool = []
         if self.unheld is None and not self.taken:
-            pool = [(t, range(self.sizes[t]), None) for t in self.topic_ids]
+            # One tuple and one frozenset per distinct size, shared by its topics
+            # (blocks cut from equal segments then share their pieces too). Tuples
+            # of ints made once, as uniform.py's _fresh: a block's frozenset is then
+            # built from a slice of existing ints (a range slice makes new ones).
+            ints = tuple(range(max(self.sizes.values())))
+            wholes = {n: (ints[:n], frozenset(ints[:n])) for n in set(self.sizes.values())}
+            pool = [(t, *wholes[n]) for t, n in self.sizes.items()]
         else:
             unheld = self.unheld
             if unheld is not None:
@@ -442,14 +498,22 @@ class _Build:
                 candidates = sorted(self.leftovers)
             else:
                 candidates = self.topic_ids
+            full: dict[int, frozenset[int]] = {}  # per topic size, all its partitions
             for topic_id in candidates:
-                pieces = self.taken.get(topic_id, [])
+                pieces = self._taken_of(topic_id)
                 released = self.released.get(topic_id)
-                if unheld is None:
+                if unheld is None and not released:
+                    # Nothing held: what B did not hand out, in one C call.
                     size = self.sizes[topic_id]
-                    if not released and sum(map(len, pieces)) == size:
-                        continue  # all taken in B
-                    rest = set(range(size))
+                    whole = full.get(size)
+                    if whole is None:
+                        whole = full[size] = frozenset(range(size))
+                    left = whole.difference(*pieces)
+                    if left:
+                        pool.append((topic_id, sorted(left), None))
+                    continue
+                if unheld is None:
+                    rest = set(range(self.sizes[topic_id]))
                 else:
                     rest = set(unheld.get(topic_id, ()))
                 if released:
@@ -457,64 +521,59 @@ class _Build:
                 rest.difference_update(*pieces)
                 if rest:
                     pool.append((topic_id, sorted(rest), None))
-        self._hand_out(takers, pool, None)
+        self._hand_out(takers, _Segments.of(pool, len(takers)), None)
 
     def _hand_out(
-        self, takers: list[int], pool: Pool, taken: dict[str, list[AbstractSet[int]]] | None
+        self,
+        takers: list[int],
+        segments: _Segments,
+        taken: list[dict[str, AbstractSet[int]]] | None,
+        fresh: bool = False,
     ) -> int:
         """Each taker in turn takes the next partitions of `pool` up to its room
         (and, with `taken`, records them there). Returns how many segments were
         handed out whole.
 
-        The pool is flattened into one list of partitions beside the index of
-        their segment, built in C, so that a run of takers with nothing yet and
+        Positions in the pool are counted over its segments (`_Segments`), never
+        partition by partition, so that a run of takers with nothing yet and
         equal room takes its blocks in one comprehension, however short the
-        segments (a topic's share of one rack may be a partition or two)."""
-        if not pool:
+        segments (a topic's share of one rack may be a partition or two), and a
+        block's frozensets are shared where the segments are (topics of one
+        layout share their per-rack tuples)."""
+        if not segments.topics:
             return 0
         out, room = self.out, self.room
-        lengths = [len(segment) for _, segment, _ in pool]
-        topics = [topic_id for topic_id, _, _ in pool]
-        parts = list(chain.from_iterable([segment for _, segment, _ in pool]))
-        where = list(chain.from_iterable(starmap(repeat, zip(range(len(pool)), lengths, strict=True))))
-        starts = list(accumulate(lengths, initial=0))
-        n = len(parts)
+        starts = segments.starts
+        n = starts[-1]
         # Runs of takers with nothing yet, found by C passes: each takes its
         # block (ends by accumulate) in one comprehension; the others one by one.
-        empties = list(map(not_, map(out.__getitem__, takers)))
+        # `fresh`: every taker has nothing yet (one run, no pass to find it).
+        empties = [True] if fresh else list(map(not_, map(out.__getitem__, takers)))
         pos = k = 0
         for empty, same in groupby(empties):
-            count = len(list(same))
+            count = len(takers) if fresh else len(list(same))
             if empty:
                 ends = list(accumulate(map(room.__getitem__, takers[k : k + count]), initial=pos))
                 fits = bisect_right(ends, n) - 1
                 if fits:
                     blocks: list[Assignment]
                     if ends[fits] - pos == fits:  # one partition each
-                        stop = ends[fits]
-                        # One shared frozenset per partition number, for all topics
-                        # (they are immutable): building one per member was most of it.
-                        singles = self._singles()
-                        blocks = [
-                            {topics[s]: singles[p]}
-                            for s, p in zip(where[pos:stop], parts[pos:stop], strict=True)
-                        ]
+                        blocks = segments.singles(pos, ends[fits], self._singles())
                     else:
-                        blocks = [
-                            {topics[where[a]]: frozenset(parts[a:b])}
-                            if where[a] == where[b - 1]
-                            else _split(pool, where, starts, parts, a, b - a)
-                            for a, b in pairwise(ends[: fits + 1])
-                        ]
+                        block = segments.block
+                        blocks = [block(a, b) for a, b in pairwise(ends[: fits + 1])]
                     run = takers[k : k + fits]
-                    deque(map(out.__setitem__, run, blocks), maxlen=0)
-                    deque(map(room.__setitem__, run, repeat(0)), maxlen=0)
+                    # A plain loop: subscript stores cost a quarter of
+                    # deque(map(list.__setitem__, ...)) (a slot wrapper call each).
+                    for i, got in zip(run, blocks, strict=True):
+                        out[i] = got
+                        room[i] = 0
                     pos, k, count = ends[fits], k + fits, count - fits
             while count and pos < n:
                 i = takers[k]
                 take = min(room[i], n - pos)
                 got = dict(out[i])
-                for topic_id, added in _split(pool, where, starts, parts, pos, take).items():
+                for topic_id, added in segments.block(pos, pos + take).items():
                     before = got.get(topic_id)
                     got[topic_id] = added if before is None else before | added
                 out[i] = got
@@ -525,38 +584,168 @@ class _Build:
             if pos == n:
                 break
         whole_segments = bisect_right(starts, pos) - 1
-        if taken is not None:
-            for (topic_id, segment, whole), length in zip(pool, lengths, strict=True):
-                if pos <= 0:
-                    break
-                if length > pos:
-                    piece: AbstractSet[int] = frozenset(segment[:pos])
-                else:
-                    piece = frozenset(segment) if whole is None else whole
-                taken.setdefault(topic_id, []).append(piece)
-                pos -= length
+        if taken is not None and pos:
+            taken.append(segments.prefix(pos, whole_segments))
         return whole_segments
 
+    def _taken_of(self, topic_id: str) -> list[AbstractSet[int]]:
+        """The pieces of `topic_id` that B handed out (gathered once per topic:
+        C asks for each topic once per member that holds it)."""
+        found = self.taken_by_topic.get(topic_id)
+        if found is None:
+            found = self.taken_by_topic[topic_id] = [
+                given[topic_id] for given in self.taken if topic_id in given
+            ]
+        return found
 
-def _split(
-    pool: Pool, where: list[int], starts: list[int], parts: list[int], start: int, count: int
-) -> dict[str, frozenset[int]]:
-    """parts[start : start + count] by topic (`where`: each one's segment,
-    `starts`: where each segment starts): a slice at each end, and the
-    segments in between whole (their set itself when the pool has it)."""
-    end = start + count
-    first, last = where[start], where[end - 1]
-    if first == last:
-        return {pool[first][0]: frozenset(parts[start:end])}
-    out = {pool[first][0]: frozenset(parts[start : starts[first + 1]])}
-    for segment in range(first + 1, last + 1):
-        topic_id, ordered, whole = pool[segment]
-        if segment == last:
-            added = frozenset(parts[starts[segment] : end])
-        elif whole is not None:
-            added = frozenset(whole)  # a frozenset's copy is itself
-        else:
-            added = frozenset(ordered)
-        before = out.get(topic_id)
-        out[topic_id] = added if before is None else before | added
-    return out
+
+class _Segments:
+    """A pool's segments with their positions: segment s holds positions
+    starts[s] .. starts[s + 1] - 1 of the pool, in order."""
+
+    __slots__ = ("_shapes", "_wholes", "period", "segments", "starts", "topics", "unique")
+
+    def __init__(
+        self,
+        topics: list[str],
+        segments: list[Sequence[int]],
+        wholes: list[AbstractSet[int] | None],
+        takers: int,
+        unique: bool | None = None,
+    ) -> None:
+        """Segment s: partitions `segments[s]` of `topics[s]`, the same as a set
+        `wholes[s]` where there is one. `takers`: how many members will take
+        blocks (shapes are worth it only when they outnumber the segment's
+        positions well); `unique`: whether the topics are distinct, if known."""
+        self.topics = topics
+        self.segments = segments
+        self.starts = list(accumulate(map(len, segments), initial=0))
+        #: Whether each topic has one segment (then a block's pieces need no merging).
+        self.unique = len(set(topics)) == len(topics) if unique is None else unique
+        #: Each segment as a frozenset: the pool's own set, else made when needed.
+        self._wholes = wholes
+        #: With one segment repeated for every (distinct) topic, as topics of one
+        #: layout give each rack: its length. A block is then one of a few shapes
+        #: (by where it starts in a segment, and its size), made once each, and
+        #: only its topics differ.
+        self.period = 0
+        period = len(segments[0]) if segments else 0
+        if (
+            0 < 4 * period <= takers
+            and self.unique
+            and self.segments.count(self.segments[0]) == len(self.segments)
+        ):
+            self.period = period
+        self._shapes: dict[tuple[int, int], list[frozenset[int]]] = {}
+
+    @classmethod
+    def of(cls, pool: Pool, takers: int) -> _Segments:
+        """The segments of `pool`."""
+        return cls(
+            [topic_id for topic_id, _, _ in pool],
+            [segment for _, segment, _ in pool],
+            [whole for _, _, whole in pool],
+            takers,
+        )
+
+    def whole(self, s: int) -> frozenset[int]:
+        found = self._wholes[s]
+        if found is None:
+            found = self._wholes[s] = frozenset(self.segments[s])
+        return frozenset(found)  # a frozenset's copy is itself
+
+    def piece(self, s: int, lo: int, hi: int) -> frozenset[int]:
+        """segments[s][lo:hi] as a frozenset (the segment's own when whole)."""
+        segment = self.segments[s]
+        if lo == 0 and hi == len(segment):
+            return self.whole(s)
+        return frozenset(segment[lo:hi])
+
+    def block(self, a: int, b: int) -> dict[str, frozenset[int]]:
+        """Positions a .. b - 1 by topic: a piece at each end, and the segments
+        in between whole."""
+        if self.period:
+            first, offset = divmod(a, self.period)
+            key = (offset, b - a)
+            shape = self._shapes.get(key)
+            if shape is None:
+                shape = self._shapes[key] = list(self._block(a, b).values())
+            if len(shape) == 1:
+                return {self.topics[first]: shape[0]}
+            return dict(zip(self.topics[first : first + len(shape)], shape, strict=True))
+        return self._block(a, b)
+
+    def _block(self, a: int, b: int) -> dict[str, frozenset[int]]:
+        """`block`, cut from the segments (the whole ones in between written in
+        one C call when topics are unique: with many small topics a block spans
+        dozens of them)."""
+        starts, topics = self.starts, self.topics
+        first = bisect_right(starts, a) - 1
+        if b <= starts[first + 1]:
+            begin = starts[first]
+            if a == begin and b == starts[first + 1]:
+                return {topics[first]: self.whole(first)}
+            return {topics[first]: frozenset(self.segments[first][a - begin : b - begin])}
+        last = bisect_right(starts, b - 1, first + 1) - 1
+        out = {topics[first]: self.piece(first, a - starts[first], starts[first + 1] - starts[first])}
+        if self.unique:
+            if last > first + 1:
+                middle = range(first + 1, last)
+                wholes = self._wholes[first + 1 : last]
+                if None in wholes:
+                    wholes = list(map(self.whole, middle))
+                out.update(zip(topics[first + 1 : last], wholes, strict=True))  # type: ignore[arg-type]
+            out[topics[last]] = self.piece(last, 0, b - starts[last])
+            return out
+        for s in range(first + 1, last + 1):
+            topic_id = topics[s]
+            added = self.whole(s) if s < last else self.piece(s, 0, b - starts[s])
+            before = out.get(topic_id)
+            out[topic_id] = added if before is None else before | added
+        return out
+
+    def prefix(self, stop: int, whole_segments: int) -> dict[str, AbstractSet[int]]:
+        """Positions 0 .. stop - 1 by topic (`whole_segments`: the segments
+        they cover whole), the whole ones written in one C call."""
+        if self.unique:
+            wholes = self._wholes[:whole_segments]
+            if None in wholes:
+                wholes = list(map(self.whole, range(whole_segments)))
+            out: dict[str, AbstractSet[int]] = dict(zip(self.topics[:whole_segments], wholes, strict=True))  # type: ignore[arg-type]
+            if stop > self.starts[whole_segments]:
+                out[self.topics[whole_segments]] = self.piece(
+                    whole_segments, 0, stop - self.starts[whole_segments]
+                )
+            return out
+        out = {}
+        for s, topic_id in enumerate(self.topics):
+            begin = self.starts[s]
+            if begin >= stop:
+                break
+            added = self.whole(s) if stop >= self.starts[s + 1] else self.piece(s, 0, stop - begin)
+            before = out.get(topic_id)
+            out[topic_id] = added if before is None else before | added
+        return out
+
+    def singles(self, a: int, b: int, singles: list[frozenset[int]]) -> list[Assignment]:
+        """One block per position a .. b - 1, each the one partition there
+        (`singles[p]`: the shared frozenset({p}))."""
+        starts, topics, segments = self.starts, self.topics, self.segments
+        first = bisect_right(starts, a) - 1
+        last = bisect_right(starts, b - 1, first) - 1
+        if first == last:
+            topic_id = topics[first]
+            offset = starts[first]
+            return [{topic_id: x} for x in map(singles.__getitem__, segments[first][a - offset : b - offset])]
+        # Each segment's singles as a list, made once per segment object (topics
+        # of one layout share it), then one nested comprehension, as uniform.py's
+        # _fresh builds its blocks.
+        made: dict[int, list[frozenset[int]]] = {}
+        mapped = [list(map(singles.__getitem__, segments[first][a - starts[first] :]))]
+        for segment in segments[first + 1 : last]:
+            found = made.get(id(segment))
+            if found is None:
+                found = made[id(segment)] = list(map(singles.__getitem__, segment))
+            mapped.append(found)
+        mapped.append(list(map(singles.__getitem__, segments[last][: b - starts[last]])))
+        return [{t: x} for t, xs in zip(topics[first : last + 1], mapped, strict=True) for x in xs]
