@@ -12,9 +12,11 @@ capacity 1 this is the uniform assignor's rule: base or base + 1, with exactly
 N mod M members at base + 1.
 
 Who gets the extra one, in this order: members in racks where it adds a local
-pair (up to each rack's gain, see racks.py: locality comes before
-stickiness), then members that hold more than their floor now (they keep it:
-stickiness), then the rest; each step by member id.
+pair (up to each rack's gain, see racks.py: locality comes before stickiness),
+members that hold more than their floor now first within each rack (they keep
+it: stickiness breaks ties among equally local choices); then, without the
+racks, members that hold more than their floor, then the rest. Each walk goes
+by member id (`choose_extras`).
 """
 
 from __future__ import annotations
