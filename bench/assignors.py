@@ -382,34 +382,28 @@ def bench_client_point(
     return out
 
 
+#: The columns every assignor table starts with, and the row keys they show.
+_TIME_COLUMNS = {
+    "assignor": "assignor",
+    "mode": "mode",
+    "members": "members",
+    "partitions": "partitions",
+    "topics": "topics",
+    "baseline_ms": "baseline ms",
+    "assignor_ms": "assignor ms",
+    "ratio": "ratio",
+}
+
+
+def _within(r: dict[str, Any]) -> str:
+    return "yes" if r["ratio"] <= TARGET_RATIO else "NO"
+
+
 def _report(title: str, rows: list[dict[str, Any]], kind: str, targeted: bool) -> None:
     table(
         title,
-        [
-            "assignor",
-            "mode",
-            "members",
-            "partitions",
-            "topics",
-            "baseline ms",
-            "assignor ms",
-            "ratio",
-            "<= 3x",
-        ],
-        [
-            [
-                r["assignor"],
-                r["mode"],
-                r["members"],
-                r["partitions"],
-                r["topics"],
-                r["baseline_ms"],
-                r["assignor_ms"],
-                r["ratio"],
-                ("yes" if r["ratio"] <= TARGET_RATIO else "NO") if targeted else "-",
-            ]
-            for r in rows
-        ],
+        [*_TIME_COLUMNS.values(), "<= 3x"],
+        [[*(r[k] for k in _TIME_COLUMNS), _within(r) if targeted else "-"] for r in rows],
     )
     for r in rows:
         figure(
@@ -422,29 +416,11 @@ def _report_variant(title: str, rows: list[dict[str, Any]]) -> None:
     achieved / best achievable under balance (of the partitions with racks)."""
     table(
         title,
-        [
-            "assignor",
-            "mode",
-            "members",
-            "partitions",
-            "topics",
-            "baseline ms",
-            "assignor ms",
-            "ratio",
-            "<= 3x",
-            "local / best",
-        ],
+        [*_TIME_COLUMNS.values(), "<= 3x", "local / best"],
         [
             [
-                r["assignor"],
-                r["mode"],
-                r["members"],
-                r["partitions"],
-                r["topics"],
-                r["baseline_ms"],
-                r["assignor_ms"],
-                r["ratio"],
-                "yes" if r["ratio"] <= TARGET_RATIO else "NO",
+                *(r[k] for k in _TIME_COLUMNS),
+                _within(r),
                 "-" if r["local"] is None else f"{r['local']} / {r['best_local']}",
             ]
             for r in rows
