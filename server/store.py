@@ -810,11 +810,19 @@ class PostgresStore:
 
         try:
             conn = await asyncpg.connect(self.dsn, timeout=self.close_timeout_s)
+        except DATABASE_ERRORS as e:
+            raise _database_error(e) from e
+        try:
             for channel in (sql.TOPICS_CHANNEL, sql.LEASES_CHANNEL):
                 await conn.add_listener(channel, deliver)
             conn.add_termination_listener(lost)
-        except DATABASE_ERRORS as e:
-            raise _database_error(e) from e
+        except BaseException as e:
+            # Connected, then lost (the database went away between the two): the
+            # connection is nobody's, so it is closed here rather than left to the GC.
+            conn.terminate()
+            if isinstance(e, DATABASE_ERRORS):
+                raise _database_error(e) from e
+            raise
         if self._closing:
             conn.terminate()
             return False

@@ -80,3 +80,34 @@ async def test_the_one_statement_step_write_maps_its_failures_too(unreachable: P
         await unreachable.append("g", [STEP], FENCE)
     with pytest.raises(StoreUnavailable):
         await unreachable.fetch("SELECT 1")
+
+
+class _LostWhileListening:
+    """A connection that was made, then lost before it listened."""
+
+    def __init__(self) -> None:
+        self.terminated = False
+
+    async def add_listener(self, channel: str, callback: Any) -> None:
+        raise asyncpg.exceptions.ConnectionDoesNotExistError(
+            "connection was closed in the middle of operation"
+        )
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+
+async def test_a_listener_connection_lost_before_it_listens_is_closed_not_leaked(
+    unreachable: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in CI under a store outage: connected, then the database went away before
+    LISTEN; the connection was left to the GC (ResourceWarning: unclosed connection)."""
+    lost = _LostWhileListening()
+
+    async def connect(*args: Any, **kwargs: Any) -> _LostWhileListening:
+        return lost
+
+    monkeypatch.setattr(asyncpg, "connect", connect)
+    with pytest.raises(StoreUnavailable):
+        await unreachable.listen(lambda channel, sender: None)
+    assert lost.terminated
