@@ -63,7 +63,7 @@ from .records import (
     TargetAssignmentMemberRecord,
     member_removal_records,
 )
-from .replicas import collapse, expand_owned, holds_copies, split
+from .replicas import collapse, expand_owned, is_copy, split
 from .subscription import adjusted_counts, canonical_names, group_topics, member_topic_ids, metadata_hash
 from .target_assignment import (
     assignment_due,
@@ -330,17 +330,10 @@ def _reconcile(hb: _Heartbeat) -> Member:
         subscribed: frozenset[str] | None = None
         target = hb.target
         if hb.subscription_changed:
-            subscribed = member_topic_ids(
-                ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex
+            subscribed = _with_group_topics(
+                member_topic_ids(ctx.image, member.subscribed_topic_names, member.subscribed_topic_regex),
+                (target, member.assigned, member.pending_revocation),
             )
-            copies = [a for a in (target, member.assigned, member.pending_revocation) if holds_copies(a)]
-            if copies:
-                # The copies of a subscribed topic are subscribed too.
-                subscribed |= {t for a in copies for t in a if split(t)[0] in subscribed}
-            if LEADERSHIP_TOPIC_ID in target or LEADERSHIP_TOPIC_ID in member.assigned:
-                # Leadership (a leader group's) is in no subscription but never "unsubscribed":
-                # a subscription change must not take it from the leader.
-                subscribed |= {LEADERSHIP_TOPIC_ID}
             target = only_topics(target, subscribed)
         reconciled = reconcile(
             member, hb.assignment_epoch, target, hb.group.partition_epoch, hb.owned, subscribed
@@ -358,6 +351,17 @@ def _reconcile(hb: _Heartbeat) -> Member:
         else:
             hb.timers.append(CancelRebalanceTimeout(reconciled.member_id))
     return reconciled
+
+
+def _with_group_topics(subscribed: frozenset[str], held: tuple[Assignment, ...]) -> frozenset[str]:
+    """The member's subscribed topic ids and the topics the group assigns beyond the
+    registry that go with them, as found in `held` (its target and what it owns): the
+    copy topics of a subscribed topic (redundant groups) and leadership (leader groups,
+    in no subscription). A subscription change must not revoke those as unsubscribed."""
+    extra = {
+        t for a in held for t in a if t == LEADERSHIP_TOPIC_ID or (is_copy(t) and split(t)[0] in subscribed)
+    }
+    return subscribed | extra if extra else subscribed
 
 
 def _respond(hb: _Heartbeat, reconciled: Member) -> Result[ConsumerGroupHeartbeatResponse]:

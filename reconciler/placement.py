@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .assignors.racks import partitions_by_rack
 from .model import Assignment, Member
+from .replicas import split
 from .subscription import member_topic_ids
 from .topics import TopicsImage
 
@@ -123,9 +125,8 @@ def local_count(rack_id: str | None, assignment: Assignment, image: TopicsImage)
     count = 0
     by_id = image.by_id
     for topic_id, partitions in assignment.items():
-        topic = by_id.get(topic_id)
-        if topic is None or not topic.partition_racks:
-            continue
-        racks = topic.partition_racks
-        count += sum(1 for p in partitions if p < len(racks) and racks[p] == rack_id)
+        topic = by_id.get(split(topic_id)[0])  # a copy topic's racks are its topic's
+        if topic is not None and topic.partition_racks:
+            # The rack-aware assignors' memoised layout, as rack_locality reads it.
+            count += len(partitions & partitions_by_rack(topic.partition_racks).get(rack_id, frozenset()))
     return count

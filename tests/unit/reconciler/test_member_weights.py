@@ -139,3 +139,10 @@ def test_rack_local_partitions_count_only_same_rack_partitions() -> None:
     assert local_count("r1", assignment, image) == 2
     assert local_count("r2", assignment, image) == 1
     assert local_count(None, assignment, image) == 0
+
+
+def test_rack_local_partitions_count_a_copy_by_its_topic_racks() -> None:
+    from regroup.reconciler.topics import Topic, TopicsImage
+
+    image = TopicsImage([Topic("t-id", "t", 2, ("r1", "r2"))])
+    assert local_count("r1", {"t-id#1": frozenset({0, 1})}, image) == 1
