@@ -16,9 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .assignors.racks import partitions_by_rack
-from .model import Assignment, Member
-from .replicas import split
+from .model import Assignment, Group, Member
+from .rack_locality import RackLocality, rack_locality
+from .replicas import group_replicas, split
 from .subscription import member_topic_ids
+from .target_assignment import group_spec
 from .topics import TopicsImage
 
 #: The one built-in assignor that co-partitions.
@@ -130,3 +132,25 @@ def local_count(rack_id: str | None, assignment: Assignment, image: TopicsImage)
             # The rack-aware assignors' memoised layout, as rack_locality reads it.
             count += len(partitions & partitions_by_rack(topic.partition_racks).get(rack_id, frozenset()))
     return count
+
+
+def copies(members: Iterable[Member]) -> tuple[int, int]:
+    """(the copies of each partition a group asks for, the copies it gets now): the
+    largest `replicas` of its assigned members, at most one per assigned member."""
+    members = list(members)
+    asked = group_replicas(members)
+    assigned = sum(1 for m in members if not m.metadata.draining)
+    return asked, min(asked, assigned)
+
+
+def target_rack_locality(group: Group, image: TopicsImage, assignor: str) -> RackLocality | None:
+    """The rack locality of the group's target under `assignor`, when racks are in play
+    (a member with a rack, a subscribed topic with partition racks); None otherwise.
+    A redundant group's assignor weighs no racks: it promises no best."""
+    if not any(m.rack_id for m in group.members.values()):
+        return None
+    spec = group_spec(group.members, group.target, image, group.member_ids_in_order())
+    if not any(t.partition_racks for t in spec.topics.values()):
+        return None
+    report = rack_locality(spec, group.target, assignor)
+    return report._replace(best_achievable=None) if spec.replicas > 1 else report

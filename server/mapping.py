@@ -20,10 +20,15 @@ from regroup.reconciler.drain import drain_state
 from regroup.reconciler.history import GroupEvent
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE, ClientAssignor, Member, make_assignment
-from regroup.reconciler.placement import CoPartitioning, co_partitioning, rack_local_partitions
-from regroup.reconciler.rack_locality import rack_locality
-from regroup.reconciler.replicas import collapse, group_replicas
-from regroup.reconciler.target_assignment import group_spec
+from regroup.reconciler.placement import (
+    CoPartitioning,
+    co_partitioning,
+    copies,
+    rack_local_partitions,
+    target_rack_locality,
+)
+from regroup.reconciler.rack_locality import RackLocality
+from regroup.reconciler.replicas import collapse
 from regroup.reconciler.topics import resolve_topic_id
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
@@ -346,20 +351,12 @@ def member_pb(group: Group, member: Member, image: TopicsImage) -> admin_pb2.Des
     )
 
 
-def _rack_locality(group: Group, image: TopicsImage, assignor: str) -> admin_pb2.RackLocality | None:
-    """The target's rack locality, when racks are in play (a member with a rack, a
-    subscribed topic with partition racks); None otherwise."""
-    if not any(m.rack_id for m in group.members.values()):
-        return None
-    spec = group_spec(group.members, group.target, image, group.member_ids_in_order())
-    if not any(t.partition_racks for t in spec.topics.values()):
-        return None
-    report = rack_locality(spec, group.target, assignor)
+def rack_locality_pb(report: RackLocality) -> admin_pb2.RackLocality:
     best = report.best_achievable
     return admin_pb2.RackLocality(
         partitions_with_rack=report.partitions_with_known_racks,
         rack_local_partitions=report.local_partitions,
-        best_achievable=-1 if best is None or spec.replicas > 1 else best,
+        best_achievable=-1 if best is None else best,
     )
 
 
@@ -386,13 +383,11 @@ def group_pb(group: Group, image: TopicsImage, config: GroupConfig) -> admin_pb2
         assignment_error=group.assignment_error,
     )
     if group.group_type != CONNECT_GROUP_TYPE:
-        out.replicas = group_replicas(group.members.values())
-        assigned = sum(1 for m in group.members.values() if not m.metadata.draining)
-        out.effective_replicas = min(out.replicas, assigned) if assigned else 0
+        out.replicas, out.effective_replicas = copies(group.members.values())
     if group.group_type != CONNECT_GROUP_TYPE and not group.has_client_assignors():
-        locality = _rack_locality(group, image, assignor)
+        locality = target_rack_locality(group, image, assignor)
         if locality is not None:
-            out.rack_locality.CopyFrom(locality)
+            out.rack_locality.CopyFrom(rack_locality_pb(locality))
         out.co_partitioning.CopyFrom(
             co_partitioning_pb(co_partitioning(group.members.values(), image, assignor), image)
         )
