@@ -30,14 +30,15 @@ topics of equal size.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import chain, compress, groupby, repeat, starmap
+from itertools import chain, compress, repeat, starmap
 from operator import attrgetter, gt, le, lt
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec
+from .blocks import cut_runs
 from .racks import racks_in_play
 
 _num_partitions = attrgetter("num_partitions")
@@ -95,74 +96,15 @@ def _assign_homogeneous(spec: GroupSpec, subscribed: frozenset[str]) -> Mapping[
 
 def _fresh(member_ids: list[str], topic_ids: list[str], sizes: list[int]) -> Mapping[str, Assignment]:
     """Nothing to keep: each member, in id order, takes the next contiguous
-    block of the global order; the first `extra` blocks are one longer."""
+    block of the global order; the first `extra` blocks are one longer. Topics
+    of equal size are one segment object (one tuple of ints per size), so that
+    their blocks' frozensets are built once and shared (blocks.py)."""
     base, extra = divmod(sum(sizes), len(member_ids))
     ints = tuple(range(max(sizes)))
-    # Runs of equal blocks inside a topic, by (start, block size, count). Topics
-    # of equal size split the same way, so their frozensets are built once and
-    # shared (they are immutable): building frozensets is most of the cost.
-    runs: dict[tuple[int, int, int], list[frozenset[int]]] = {}
-
-    def blocks(start: int, size: int, count: int) -> list[frozenset[int]]:
-        key = (start, size, count)
-        found = runs.get(key)
-        if found is None:
-            found = [frozenset(ints[a : a + size]) for a in range(start, start + count * size, size)]
-            runs[key] = found
-        return found
-
-    # Where each run of consecutive topics of equal size ends, to hand out
-    # whole runs of topics in one comprehension rather than topic by topic.
-    run_starts: list[int] = []
-    run_ends: list[int] = []
-    end = 0
-    for _, same in groupby(sizes):
-        run_starts.append(end)
-        end += len(list(same))
-        run_ends.append(end)
-
-    out: list[Assignment] = []
-    j = pos = 0  # the next partition: topic index, partition
-    for size, count in ((base + 1, extra), (base, len(member_ids) - extra)):
-        if size == 0:
-            out += [EMPTY_ASSIGNMENT] * count
-            continue
-        while count:
-            n = sizes[j]
-            if pos == 0 and n % size == 0:
-                # Whole topics split into whole blocks: as many as the run of
-                # topics of this size holds.
-                per_topic = n // size
-                whole = min(run_ends[bisect_right(run_starts, j) - 1] - j, count // per_topic)
-                if whole:
-                    split = blocks(0, size, per_topic)
-                    out += [{t: b} for t in topic_ids[j : j + whole] for b in split]
-                    j += whole
-                    count -= whole * per_topic
-                    continue
-            if n - pos >= size:
-                # As many whole blocks as this topic holds, in one go.
-                q = min((n - pos) // size, count)
-                topic_id = topic_ids[j]
-                out += [{topic_id: b} for b in blocks(pos, size, q)]
-                pos += q * size
-                count -= q
-                if pos == n:
-                    j, pos = j + 1, 0
-            else:
-                # This block runs past the end of the topic, over one or more.
-                assignment: dict[str, frozenset[int]] = {}
-                need = size
-                while need:
-                    n = sizes[j]
-                    take = min(need, n - pos)
-                    assignment[topic_ids[j]] = blocks(pos, take, 1)[0]
-                    need -= take
-                    pos += take
-                    if pos == n:
-                        j, pos = j + 1, 0
-                out.append(assignment)
-                count -= 1
+    wholes = {n: ints[:n] for n in set(sizes)}
+    out, _ = cut_runs(
+        topic_ids, list(map(wholes.__getitem__, sizes)), ((base + 1, extra), (base, len(member_ids) - extra))
+    )
     return GroupAssignment(member_ids, out)
 
 

@@ -22,16 +22,22 @@ Priorities, strictly in this order:
    proven minimum of moves under 1 and 2.
 
 Ties (which member, which partition) go by member id and by the global order
-(topics by id, partitions ascending), never by the order of the spec.
+(topics by id, partitions ascending), never by the order of the spec. Where
+members with room take partitions (B and D), the one with the most room goes
+first, then by member id: blocks of one size then follow each other, so that
+runs of them share their frozensets (blocks.py; a weighted fresh assignment
+at a partition or two per member spent half its time building them).
 
 The steps, once quotas are fixed:
   A. each member keeps its current partitions of its own rack, up to its quota;
-  B. per rack, the members with room take the rack's partitions no one kept:
+  B. per rack, the members with room (most first, then by id) take the rack's
+     partitions no one kept:
      unheld ones and ones their holder gave up in A first (they move anyway),
      then ones held by members of other racks (each such move adds a local
      pair, which 2 ranks above 3);
   C. each member with room keeps its other current partitions not taken in B;
-  D. members with room, by id, take what is left in the global order.
+  D. members with room, most first, then by id, take what is left in the
+     global order.
 
 Speed. Work is per member only where something happens to it: a member that
 keeps its whole current target costs a count (and, with racks, one subset
@@ -43,14 +49,15 @@ empty members with equal room takes its blocks in one comprehension.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from itertools import accumulate, compress, groupby, pairwise, repeat, starmap
+from itertools import accumulate, chain, compress, groupby, islice, pairwise, repeat, starmap
 from operator import add, and_, ge, gt, is_not, le, not_, sub
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec
+from .blocks import cut_runs
 from .racks import ordered_by_rack, partitions_by_rack, rack_gains
 from .shares import choose_extras, equal_shares, shares
 from .uniform import _in_order as in_order
@@ -106,6 +113,14 @@ def assign_by_quota(
 
     # A range when members come in id order (the coordinator's): read in place.
     order: Sequence[int] = range(len(members)) if in_order(member_ids) else _id_order(member_ids)
+    if unheld is None and member_racks is None and isinstance(order, range):
+        # Nothing held, no racks, members in id order: the first K candidates
+        # get the extra one (choose_extras with nothing to prefer), and each
+        # member takes the next block of the global order, its quota long,
+        # straight into the output (D without takers, rooms or stores).
+        return GroupAssignment(
+            member_ids, _fresh_blocks(topic_ids, sizes, _first_extras(floors, candidates, extra))
+        )
     chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains)
     quotas = list(map(add, floors, chosen))
     build = _Build(currents, counts, quotas, order, topic_ids, sizes, unheld)
@@ -115,6 +130,56 @@ def assign_by_quota(
     build.keep_rest()
     build.fill_rest()
     return GroupAssignment(member_ids, build.out)
+
+
+def _first_extras(floors: list[int], candidates: list[bool], extra: int) -> list[int]:
+    """Quotas when the first `extra` candidates in member order get floor + 1."""
+    if candidates.count(True) == len(candidates):  # every share fractional: C passes
+        return list(map(add, floors, chain(repeat(1, extra), repeat(0, len(floors) - extra))))
+    quotas = list(floors)
+    for i in islice(compress(range(len(floors)), candidates), extra):
+        quotas[i] += 1
+    return quotas
+
+
+def most_room_first(takers: list[int], room: Sequence[int]) -> list[int]:
+    """`takers` (in member order) ordered by room, most first, member order kept
+    among equal room: the order in which B and D hand out, so that blocks of
+    one size follow each other and runs of them share their frozensets
+    (blocks.py). Rooms take few values (floor or floor + 1 of a few
+    capacities), so it is one C pass per value rather than a sort with a key
+    (1 - 2 ms at 10,000 takers)."""
+    if len(takers) < 2:
+        return takers
+    rooms = list(map(room.__getitem__, takers))
+    if rooms.count(rooms[0]) == len(rooms):  # equal room: member order
+        return takers
+    values = set(rooms)
+    if len(values) > 8:
+        return sorted(takers, key=room.__getitem__, reverse=True)  # stable: member order kept
+    out: list[int] = []
+    for value in sorted(values, reverse=True):
+        out += compress(takers, map(value.__eq__, rooms))
+    return out
+
+
+def _fresh_blocks(topic_ids: list[str], sizes: list[int], quotas: list[int]) -> list[Assignment]:
+    """Nothing held, no racks: members by quota, most first, then in member
+    order, take consecutive blocks of the global order (D's order). Blocks are
+    cut run by run, one run per quota (blocks.py), and put back in member
+    order by one C pass that takes, for each member, the next block of its
+    quota's run."""
+    ints = tuple(range(max(sizes)))
+    wholes = {n: ints[:n] for n in set(sizes)}
+    per_quota = Counter(quotas)
+    runs = sorted(per_quota.items(), reverse=True)
+    blocks, _ = cut_runs(topic_ids, list(map(wholes.__getitem__, sizes)), runs)
+    iterators: dict[int, Iterator[Assignment]] = {}
+    start = 0
+    for quota, count in runs:
+        iterators[quota] = iter(blocks[start : start + count])
+        start += count
+    return list(map(next, map(iterators.__getitem__, quotas)))
 
 
 def _valid_currents(
@@ -354,7 +419,7 @@ class _Build:
         ordered_of: OrderedIndex,
         layouts: list[tuple[frozenset[str], list[str]]],
     ) -> None:
-        """B: per rack, its members with room (by id) take its partitions no one
+        """B: per rack, its members with room (most first, then by id) take its partitions no one
         kept: unheld or given up ones first (they move anyway), then those held
         by members of other racks."""
         takers = self._takers_by_rack(member_racks, local_of)
@@ -382,7 +447,12 @@ class _Build:
                     len(takers[rack]),
                     unique=True,
                 )
-                whole = self._hand_out(takers[rack], segments, self.taken, fresh=True)
+                most = self.room[takers[rack][0]]  # takers come most room first
+                if most > 1 and 8 * most <= segments.period:
+                    # Blocks of a few partitions inside long segments: by runs.
+                    whole = self._hand_out_runs(takers[rack], segments)
+                else:  # one partition each, or blocks spanning segments: by shape
+                    whole = self._hand_out(takers[rack], segments, self.taken, fresh=True)
                 leftovers.update(present[whole:])
             self.leftovers = leftovers
             return
@@ -421,7 +491,7 @@ class _Build:
     def _takers_by_rack(
         self, member_racks: Sequence[str | None], local_of: LocalIndex
     ) -> dict[str, list[int]]:
-        """Per rack with partitions, its members with room, by id: one C pass
+        """Per rack with partitions, its members with room, most first, then by id: one C pass
         appending each member to its rack's list (members of other racks, or
         none, to a list thrown away); R passes of comparisons cost 3x that."""
         room = self.room
@@ -436,7 +506,12 @@ class _Build:
         groups: dict[str | None, list[int]] = {rack: [] for rack in local_of}
         elsewhere: list[int] = []
         deque(map(list.append, map(groups.get, racks_in_order, repeat(elsewhere)), order), maxlen=0)
-        return {rack: found for rack, found in groups.items() if found and rack is not None}
+        equal = room.count(room[0]) == len(room)  # (small ints: by identity, in C) member order
+        return {
+            rack: found if equal else most_room_first(found, room)
+            for rack, found in groups.items()
+            if found and rack is not None
+        }
 
     def keep_rest(self) -> None:
         """C: members keep their other current partitions (those B did not give
@@ -472,7 +547,8 @@ class _Build:
                 self.out[i] = current if got == current else got
 
     def fill_rest(self) -> None:
-        """D: members with room, by id, take the unassigned partitions in the global order."""
+        """D: members with room, most first, then by id, take the unassigned
+        partitions in the global order."""
         room = self.room
         if max(room) <= 0:
             return
@@ -481,6 +557,7 @@ class _Build:
             takers = list(compress(order, map(gt, room, repeat(0))))
         else:
             takers = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
+        takers = most_room_first(takers, room)
         pool: Pool = []
         if self.unheld is None and not self.taken:
             # One tuple and one frozenset per distinct size, shared by its topics
@@ -559,9 +636,11 @@ class _Build:
                     blocks: list[Assignment]
                     if ends[fits] - pos == fits:  # one partition each
                         blocks = segments.singles(pos, ends[fits], self._singles())
-                    else:
+                    elif segments.period:  # blocks are a few shapes, each made once
                         block = segments.block
                         blocks = [block(a, b) for a, b in pairwise(ends[: fits + 1])]
+                    else:
+                        blocks = segments.blocks(ends[: fits + 1])
                     run = takers[k : k + fits]
                     # A plain loop: subscript stores cost a quarter of
                     # deque(map(list.__setitem__, ...)) (a slot wrapper call each).
@@ -586,6 +665,27 @@ class _Build:
         whole_segments = bisect_right(starts, pos) - 1
         if taken is not None and pos:
             taken.append(segments.prefix(pos, whole_segments))
+        return whole_segments
+
+    def _hand_out_runs(self, takers: list[int], segments: _Segments) -> int:
+        """`_hand_out` when every taker has nothing yet (B with nothing held):
+        takers, most room first, take consecutive blocks run by run (one run
+        per room size), cut by blocks.py so that runs of blocks that split the
+        rack's segments alike share their frozensets. Records what was handed
+        out in `taken`; returns how many segments were handed out whole."""
+        out, room = self.out, self.room
+        sizes = list(map(room.__getitem__, takers))
+        runs = [(size, len(list(same))) for size, same in groupby(sizes)]
+        blocks, handed = cut_runs(segments.topics, segments.segments, runs)
+        for i, got in zip(takers, blocks, strict=False):  # the rack may run out first
+            out[i] = got
+            room[i] = 0
+        if blocks:
+            # The last block is short when the rack ran out inside it.
+            room[takers[len(blocks) - 1]] = sum(sizes[: len(blocks)]) - handed
+        whole_segments = bisect_right(segments.starts, handed) - 1
+        if handed:
+            self.taken.append(segments.prefix(handed, whole_segments))
         return whole_segments
 
     def _taken_of(self, topic_id: str) -> list[AbstractSet[int]]:
@@ -674,6 +774,44 @@ class _Segments:
                 return {self.topics[first]: shape[0]}
             return dict(zip(self.topics[first : first + len(shape)], shape, strict=True))
         return self._block(a, b)
+
+    def blocks(self, ends: list[int]) -> list[Assignment]:
+        """The blocks ends[k] .. ends[k + 1] - 1, for each k (`ends` ascending,
+        within the pool). One plain loop that follows the segments as the
+        blocks advance (no bisection, no call per block): a block inside one
+        segment is one piece, shared by every block cutting the same piece of
+        the same segment object (topics of one layout or one size share
+        theirs), and only blocks that run past their segment's end are cut by
+        `_block`. Measured on 10,000 blocks of 0 - 4 partitions over ten
+        topics: half the time of a `block` call each (2.2 against 4.5 ms)."""
+        starts, segments, topics = self.starts, self.segments, self.topics
+        memos: dict[int, dict[int, frozenset[int]]] = {}
+        out: list[Assignment] = []
+        append = out.append
+        s = bisect_right(starts, ends[0]) - 1
+        begin, stop = starts[s], starts[s + 1]
+        segment, topic_id = segments[s], topics[s]
+        memo = memos.setdefault(id(segment), {})
+        a = ends[0]
+        for b in ends[1:]:
+            if a == b:
+                append(EMPTY_ASSIGNMENT)
+                continue
+            while a >= stop and s + 2 < len(starts):
+                s += 1
+                begin, stop = stop, starts[s + 1]
+                segment, topic_id = segments[s], topics[s]
+                memo = memos.setdefault(id(segment), {})
+            if b <= stop:
+                key = (a - begin) << 32 | (b - begin)
+                piece = memo.get(key)
+                if piece is None:
+                    piece = memo[key] = frozenset(segment[a - begin : b - begin])
+                append({topic_id: piece})
+            else:
+                append(self._block(a, b))
+            a = b
+        return out
 
     def _block(self, a: int, b: int) -> dict[str, frozenset[int]]:
         """`block`, cut from the segments (the whole ones in between written in

@@ -49,14 +49,14 @@ priorities are, strictly in this order (docs/assignment.md, "Racks" and
    otherwise the extra partitions go by shares.choose_extras, then
    A. each member keeps its current partitions of its own rack, the first ones
       in the global order up to its quota;
-   B. rack by rack, its members with room (by member id) take the rack's
-      partitions no one kept in A, in the global order: first those no member
-      of another rack holds (unheld, or given up in A), then those held by
-      members of other racks (taking them adds a local pair);
+   B. rack by rack, its members with room (most room first, then by member id)
+      take the rack's partitions no one kept in A, in the global order: first
+      those no member of another rack holds (unheld, or given up in A), then
+      those held by members of other racks (taking them adds a local pair);
    C. each member keeps its other current partitions not taken in B, the first
       ones in the global order up to its room;
-   D. the members with room, by member id, take what is left in the global
-      order.
+   D. the members with room, most room first, then by member id, take what is
+      left in the global order.
 """
 
 from __future__ import annotations
@@ -224,6 +224,11 @@ def _by_quota(
     room = {m: floors[m] + (m in chosen) for m in member_ids}
     out: dict[str, set[Partition]] = {m: set() for m in member_ids}
 
+    def most_room_first(members: list[str]) -> list[str]:
+        """The members with room, most room first, in member id order among equal room."""
+        with_room = [m for m in members if room[m] > 0]
+        return sorted(with_room, key=lambda m: -room[m])  # a stable sort keeps the id order
+
     def take(member_id: str, partitions: list[Partition]) -> None:
         out[member_id].update(partitions)
         room[member_id] -= len(partitions)
@@ -242,10 +247,9 @@ def _by_quota(
             # A partition held by a member of this rack and not kept was given up in A.
             elsewhere = {p for p in unkept if p in holder and member_racks[holder[p]] != rack}
             pool = [p for p in unkept if p not in elsewhere] + [p for p in unkept if p in elsewhere]
-            for m in member_ids:
-                if member_racks[m] == rack and room[m] > 0:
-                    mine, pool = pool[: room[m]], pool[room[m] :]
-                    take(m, mine)
+            for m in most_room_first([m for m in member_ids if member_racks[m] == rack]):
+                mine, pool = pool[: room[m]], pool[room[m] :]
+                take(m, mine)
 
     # C. Each member keeps its other current partitions that B did not give away, up to its room.
     assigned = {p for partitions in out.values() for p in partitions}
@@ -253,13 +257,13 @@ def _by_quota(
         rest = sorted(p for p in kept[m] if p not in assigned)
         take(m, rest[: room[m]])
 
-    # D. The members with room, by member id, take what is left in the global order.
+    # D. The members with room, most room first, then by member id, take what is
+    # left in the global order.
     assigned = {p for partitions in out.values() for p in partitions}
     pool = [p for p in everything if p not in assigned]
-    for m in member_ids:
-        if room[m] > 0:
-            mine, pool = pool[: room[m]], pool[room[m] :]
-            take(m, mine)
+    for m in most_room_first(member_ids):
+        mine, pool = pool[: room[m]], pool[room[m] :]
+        take(m, mine)
     return out
 
 

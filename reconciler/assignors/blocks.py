@@ -1,0 +1,99 @@
+"""Handing out contiguous blocks of partitions, run by run, with shared frozensets.
+
+A fresh assignment (nothing held) gives each member the next contiguous block
+of a sequence of partitions: the global order (topics by id, partitions
+ascending) for the uniform assignor, or one rack's partitions in that order for
+its rack-aware variant. Building a frozenset per block is most of the cost at
+a partition or two per member, so the blocks are handed out by runs of equal
+size, and a run of blocks cutting a segment (a topic's partitions, or its
+partitions of one rack) the same way is built once and shared by every segment
+that is the same object: topics of one size, or of one rack layout, all split
+alike. The frozensets are immutable, so sharing them is safe.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from itertools import groupby
+
+from ..model import EMPTY_ASSIGNMENT, Assignment
+
+
+def cut_runs(
+    topic_ids: Sequence[str], segments: Sequence[Sequence[int]], runs: Iterable[tuple[int, int]]
+) -> tuple[list[Assignment], int]:
+    """The blocks of consecutive partitions of `segments` (segment j: partitions
+    of topic_ids[j], in order; topics distinct), run by run: for each (size,
+    count) of `runs`, `count` blocks of `size` partitions (size 0: the empty
+    assignment). Stops when the segments run out, the last block then short.
+    Returns the blocks and how many partitions they hold."""
+    # Where each run of consecutive segments that are one object ends, to hand
+    # out whole runs of them in one comprehension rather than one by one.
+    run_starts: list[int] = []
+    run_ends: list[int] = []
+    end = 0
+    for _, same in groupby(map(id, segments)):
+        run_starts.append(end)
+        end += len(list(same))
+        run_ends.append(end)
+    made: dict[tuple[int, int, int, int], list[frozenset[int]]] = {}
+
+    def blocks(segment: Sequence[int], start: int, size: int, count: int) -> list[frozenset[int]]:
+        key = (id(segment), start, size, count)
+        found = made.get(key)
+        if found is None:
+            found = made[key] = [
+                frozenset(segment[a : a + size]) for a in range(start, start + count * size, size)
+            ]
+        return found
+
+    out: list[Assignment] = []
+    handed = j = pos = 0  # the next partition: segment index, position in it
+    last = len(segments)
+    for size, count in runs:
+        if size == 0:
+            out += [EMPTY_ASSIGNMENT] * count
+            continue
+        while count and j < last:
+            segment = segments[j]
+            n = len(segment)
+            if pos == 0 and n % size == 0:
+                # Whole segments split into whole blocks: as many as the run of
+                # identical segments holds.
+                per_segment = n // size
+                whole = min(run_ends[bisect_right(run_starts, j) - 1] - j, count // per_segment)
+                if whole:
+                    split = blocks(segment, 0, size, per_segment)
+                    out += [{t: b} for t in topic_ids[j : j + whole] for b in split]
+                    j += whole
+                    count -= whole * per_segment
+                    handed += whole * n
+                    continue
+            if n - pos >= size:
+                # As many whole blocks as this segment holds, in one go.
+                q = min((n - pos) // size, count)
+                topic_id = topic_ids[j]
+                out += [{topic_id: b} for b in blocks(segment, pos, size, q)]
+                pos += q * size
+                count -= q
+                handed += q * size
+                if pos == n:
+                    j, pos = j + 1, 0
+                continue
+            # This block runs past the end of the segment, over one or more.
+            assignment: dict[str, frozenset[int]] = {}
+            need = size
+            while need and j < last:
+                segment = segments[j]
+                n = len(segment)
+                take = min(need, n - pos)
+                assignment[topic_ids[j]] = blocks(segment, pos, take, 1)[0]
+                need -= take
+                pos += take
+                if pos == n:
+                    j, pos = j + 1, 0
+            handed += size - need
+            out.append(assignment)
+            count -= 1
+    return out, handed
