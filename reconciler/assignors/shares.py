@@ -31,17 +31,22 @@ def shares(total: int, capacities: Sequence[int]) -> tuple[list[int], list[bool]
     """Each member's floor, whether its share is fractional (it may get one
     more), and K, how many members get one more. A capacity below 1 counts as
     1 (the heartbeat validates 1 - 1,000; this keeps the division defined)."""
-    if min(capacities) < 1:
-        capacities = [max(1, c) for c in capacities]
-    weight = sum(capacities)
     # Capacities take few distinct values: each one's floor and whether it is
     # fractional are computed once, then looked up per member in C (a division
     # per member in a comprehension cost 1.5 ms at 10,000 members).
     distinct = set(capacities)
+    if min(distinct) < 1:
+        capacities = [max(1, c) for c in capacities]
+        distinct = set(capacities)
+    weight = sum(capacities)
     floor_of = {c: total * c // weight for c in distinct}
     fractional_of = {c: total * c % weight != 0 for c in distinct}
     floors = list(map(floor_of.__getitem__, capacities))
-    candidates = list(map(fractional_of.__getitem__, capacities))
+    fractional = set(fractional_of.values())
+    if len(fractional) == 1:  # all or none fractional (the usual case): no pass
+        candidates = [fractional.pop()] * len(capacities)
+    else:
+        candidates = list(map(fractional_of.__getitem__, capacities))
     return floors, candidates, total - sum(floors)
 
 
