@@ -471,3 +471,40 @@ def test_client_and_server_assignors_of_one_name_give_the_same_target(assignor: 
     server = server_targets(case, assignor)
     client = client_targets(case, assignor)
     assert client == server, _describe(case)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fresh_groups_big_enough_to_share_blocks_give_the_client_target(
+    weighted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server hands a rack's partitions out by runs of equal blocks (shared
+    frozensets, blocks.py) only in fresh groups too big for the drawn cases:
+    each rack's per-topic partitions at least eight times a member's room, and
+    at least four times as many takers in the rack. Such groups, weighted or
+    not, must still get exactly the client's plain target, and must take that
+    path."""
+    from regroup.reconciler.assignors import uniform_quota
+
+    taken: list[int] = []
+    runs = uniform_quota._Build._hand_out_runs
+
+    def counted(self: uniform_quota._Build, takers: list[int], segments: object) -> int:
+        taken.append(len(takers))
+        return runs(self, takers, segments)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(uniform_quota._Build, "_hand_out_runs", counted)
+    rng = random.Random(24)
+    layout = tuple(RACKS[p % len(RACKS)] for p in range(100))
+    topics = tuple(Topic(f"{k:02x}", f"t{k}", 100, layout) for k in range(12))
+    member_ids = [f"{rng.randrange(36**6):x}-{i}" for i in range(450)]
+    members = _members(
+        member_ids,
+        [(tuple(t.name for t in topics), None)],
+        [False] * len(member_ids),
+        list(range(len(member_ids))),
+        [RACKS[i % len(RACKS)] for i in range(len(member_ids))],
+        [rng.choice((1, 4)) if weighted else 1 for _ in member_ids],
+    )
+    case = Case(topics, members, {})
+    assert client_targets(case, "uniform") == server_targets(case, "uniform")
+    assert taken, "the rack handout by runs did not run"
