@@ -93,9 +93,13 @@ def choose_extras(
             sticky = list(map(gt, map(counts.__getitem__, eligible), map(floors.__getitem__, eligible)))
         passes = [list(compress(eligible, sticky)), list(compress(eligible, map(not_, sticky)))]
     left = extra
+    #: Per pass, its members not chosen in the gain walk, where that walk
+    #: knows them (it filed every member under its rack): the last walk then
+    #: looks at those only, not at every member of the pass again.
+    unpicked: dict[int, list[int]] = {}
     if gains and member_racks is not None:
         gain_left = dict(gains)
-        for members in passes:
+        for number, members in enumerate(passes):
             if not left:
                 break
             if not members:
@@ -115,11 +119,14 @@ def choose_extras(
                 }
                 elsewhere: list[int] = []
                 deque(map(list.append, map(groups.get, racks, repeat(elsewhere)), members), maxlen=0)
+                skipped = elsewhere
                 for rack, found in groups.items():
                     if rack is not None:
+                        skipped += found[gain_left[rack] :]
                         found = found[: gain_left[rack]]
                         picks += found
                         gain_left[rack] -= len(found)
+                unpicked[number] = skipped
             else:
                 for rack, gain in gain_left.items():
                     if gain > 0:
@@ -133,14 +140,23 @@ def choose_extras(
                 for returned, count in Counter(map(member_racks.__getitem__, picks[left:])).items():
                     if returned is not None:
                         gain_left[returned] += count
+                if number in unpicked:
+                    unpicked[number] += picks[left:]
                 picks = picks[:left]
             for i in picks:  # a subscript store is 2-4x cheaper than map(list.__setitem__)
                 chosen[i] = True
             left -= len(picks)
-    for members in passes:
+    for number, members in enumerate(passes):
         if not left:
             break
-        rest = list(islice(compress(members, map(not_, map(chosen.__getitem__, members))), left))
+        if number in unpicked:
+            # In order: ints ascending when members are in id order, else by rank.
+            rest = sorted(
+                unpicked[number], key=None if identity else _rank(order, len(candidates)).__getitem__
+            )
+            del rest[left:]
+        else:
+            rest = list(islice(compress(members, map(not_, map(chosen.__getitem__, members))), left))
         for i in rest:
             chosen[i] = True
         left -= len(rest)
