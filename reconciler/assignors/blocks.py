@@ -16,6 +16,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import groupby
+from math import lcm
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 
@@ -48,6 +49,28 @@ def cut_runs(
             ]
         return found
 
+    patterns: dict[tuple[int, int, int], list[tuple[int, tuple[frozenset[int], ...]]]] = {}
+
+    def period(
+        segment: Sequence[int], start: int, size: int, span: int
+    ) -> list[tuple[int, tuple[frozenset[int], ...]]]:
+        """The blocks of `size` from position `start` of `segment` over `span`
+        copies of it, back to `start`: each as the index of the copy it starts
+        in and its pieces, one per copy it covers."""
+        key = (id(segment), start, size)
+        found = patterns.get(key)
+        if found is None:
+            n = len(segment)
+            found = []
+            for a in range(start, start + span * n, size):
+                pieces = []
+                for copy in range(a // n, (a + size - 1) // n + 1):
+                    lo, hi = max(a, copy * n) - copy * n, min(a + size, (copy + 1) * n) - copy * n
+                    pieces.append(frozenset(segment[lo:hi]))
+                found.append((a // n, tuple(pieces)))
+            patterns[key] = found
+        return found
+
     out: list[Assignment] = []
     handed = j = pos = 0  # the next partition: segment index, position in it
     last = len(segments)
@@ -69,6 +92,28 @@ def cut_runs(
                     j += whole
                     count -= whole * per_segment
                     handed += whole * n
+                    continue
+            if size < n < 8 * size:
+                # Short segments that blocks run across: a run of identical
+                # segments is cut alike every lcm(n, size) partitions, so that
+                # pattern of blocks is made once and repeated, its topics shifted.
+                span = lcm(n, size) // n  # segments per period
+                room = run_ends[bisect_right(run_starts, j) - 1] - j - (1 if pos else 0)
+                repeats = min(room // span, count // (span * n // size))
+                if repeats:
+                    pattern = period(segment, pos, size, span)
+                    out += [
+                        {topic_ids[base + first]: pieces[0]}
+                        if len(pieces) == 1
+                        else dict(
+                            zip(topic_ids[base + first : base + first + len(pieces)], pieces, strict=True)
+                        )
+                        for base in range(j, j + repeats * span, span)
+                        for first, pieces in pattern
+                    ]
+                    j += repeats * span
+                    count -= repeats * len(pattern)
+                    handed += repeats * span * n
                     continue
             if n - pos >= size:
                 # As many whole blocks as this segment holds, in one go.
