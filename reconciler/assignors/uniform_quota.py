@@ -503,10 +503,11 @@ class _Build:
                     unique=True,
                 )
                 most = self.room[takers[rack][0]]  # takers come most room first
-                if most > 1 and 8 * most <= segments.period:
-                    # Blocks of a few partitions inside long segments: by runs.
+                if 1 < most < min(map(len, segments.segments)):
+                    # Blocks shorter than the rack's part of a topic: by runs
+                    # (blocks.py), pieces shared between topics of one layout.
                     whole = self._hand_out_runs(takers[rack], segments)
-                else:  # one partition each, or blocks spanning segments: by shape
+                else:  # one partition each, or blocks spanning topics: by shape
                     whole = self._hand_out(takers[rack], segments, self.taken, fresh=True)
                 leftovers.update(present[whole:])
             self.leftovers = leftovers

@@ -477,12 +477,11 @@ def test_client_and_server_assignors_of_one_name_give_the_same_target(assignor: 
 def test_fresh_groups_big_enough_to_share_blocks_give_the_client_target(
     weighted: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The server hands a rack's partitions out by runs of equal blocks (shared
-    frozensets, blocks.py) only in fresh groups too big for the drawn cases:
-    each rack's per-topic partitions at least eight times a member's room, and
-    at least four times as many takers in the rack. Such groups, weighted or
-    not, must still get exactly the client's plain target, and must take that
-    path."""
+    """In a fresh group, the server hands a rack's partitions out by runs of
+    equal blocks (frozensets shared between topics, blocks.py) when members'
+    blocks are shorter than the rack's part of every topic. Big groups of that
+    shape (450 members, 1,200 partitions, three racks), weighted or not, must
+    get exactly the client's plain target, and must take that path."""
     from regroup.reconciler.assignors import uniform_quota
 
     taken: list[int] = []
