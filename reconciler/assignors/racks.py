@@ -92,12 +92,21 @@ def rack_gains(
     floors: Sequence[int],
     candidates: Sequence[bool],
     sizes: Mapping[str, int],
+    groups: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[int, dict[str, int]]:
     """sum_r min(n_r, F_r) and, per rack, g_r: how many extra partitions given
-    to its members would each add a local pair (see the module docs)."""
+    to its members would each add a local pair (see the module docs).
+    `groups`: the indices of each rack's members, where the caller has them
+    (every rack of `sizes` with members): then F_r and the candidates are
+    summed over each rack's members in C."""
     floor_sum: dict[str, int] = {}
     candidate_count: dict[str, int] = {}
-    if (
+    if groups is not None:
+        for rack_id, indices in groups.items():
+            if rack_id in sizes and indices:
+                floor_sum[rack_id] = sum(map(floors.__getitem__, indices))
+                candidate_count[rack_id] = sum(map(candidates.__getitem__, indices))
+    elif (
         floors
         and floors.count(floors[0]) == len(floors)
         and candidates.count(candidates[0]) == len(candidates)
