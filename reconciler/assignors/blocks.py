@@ -93,7 +93,7 @@ def cut_runs(
                     count -= whole * per_segment
                     handed += whole * n
                     continue
-            if size < n < 8 * size:
+            if n < 8 * size:
                 # Short segments that blocks run across: a run of identical
                 # segments is cut alike every lcm(n, size) partitions, so that
                 # pattern of blocks is made once and repeated, its topics shifted.
