@@ -1,6 +1,6 @@
 """The uniform assignor for homogeneous groups with weighted members or racks
 in play (uniform.py dispatches here; without either it runs its own tuned
-code, untouched).
+code).
 
 Priorities, strictly in this order:
 
