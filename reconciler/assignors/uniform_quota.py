@@ -255,9 +255,7 @@ def _scan_local(
     add_local = local_counts.append
     any_stale = False
     # A member without a rack (None) finds nothing local: `get` with a default.
-    rack_index = cast(
-        Callable[[str | None, Mapping[str, frozenset[int]]], Mapping[str, frozenset[int]]], local_of.get
-    )
+    rack_index = cast(_RackIndexGet, local_of.get)
     for current, mine in zip(currents, map(rack_index, member_racks, repeat(_NO_LOCAL)), strict=True):
         count = local = 0
         for topic_id in current:
@@ -417,10 +415,9 @@ class _Build:
         #: None: nothing was held, every partition is free.
         self.unheld = unheld
         self.out: list[Assignment] = list(currents)
-        #: Room left if each member kept its whole current target.
-        self.room = (
-            list(quotas) if unheld is None else list(map(sub, quotas, counts))
-        )  # nothing held: all room
+        #: Room left if each member kept its whole current target (with
+        #: nothing held, its quota: a copy, not a pass subtracting zeros).
+        self.room = list(quotas) if unheld is None else list(map(sub, quotas, counts))
         self.released: dict[str, set[int]] = {}
         #: What B handed out, one mapping (topic -> partitions) per handout
         #: (subtracted in C and D, in C); written in C per handout.
@@ -500,9 +497,10 @@ class _Build:
         layouts: list[tuple[frozenset[str], list[str]]],
         groups: Mapping[str, list[int]],
     ) -> None:
-        """B: per rack, its members with room (most first, then by id) take its partitions no one
-        kept: unheld or given up ones first (they move anyway), then those held
-        by members of other racks."""
+        """B: per rack, its members with room (most first, then by id) take its
+        partitions no one kept: unheld or given up ones first (they move
+        anyway), then those held by members of other racks. `groups`: the
+        members of each rack, where assign_by_quota filed them."""
         takers = self._takers_by_rack(member_racks, local_of, groups)
         if not takers:
             return
@@ -573,9 +571,11 @@ class _Build:
     def _takers_by_rack(
         self, member_racks: Sequence[str | None], local_of: LocalIndex, by_rack: Mapping[str, list[int]]
     ) -> dict[str, list[int]]:
-        """Per rack with partitions, its members with room, most first, then by id: one C pass
-        appending each member to its rack's list (members of other racks, or
-        none, to a list thrown away); R passes of comparisons cost 3x that."""
+        """Per rack with partitions, its members with room, most first, then by
+        id: `by_rack` itself when every member has room, else one C pass
+        appending each member with room to its rack's list (members of other
+        racks, or none, to a list thrown away); R passes of comparisons cost
+        3x that."""
         room = self.room
         order = self.order
         equal = room.count(room[0]) == len(room)  # (small ints: by identity, in C) member order
