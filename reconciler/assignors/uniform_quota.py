@@ -437,6 +437,9 @@ class _Build:
         self.singles: list[frozenset[int]] | None = None
         #: Members whose other (non-local) partitions wait for C, with them.
         self.pending: dict[int, Assignment] = {}
+        #: What A left a pending member when it kept all its local partitions
+        #: (its current target is that and its pending part, whole).
+        self.split: dict[int, Assignment] = {}
         #: With nothing held and racks: the only topics where D may find partitions.
         self.leftovers: set[str] | None = None
 
@@ -471,7 +474,7 @@ class _Build:
             quota = self.quotas[i]
             if rack is None or not local_counts[i]:
                 self.pending[i] = current
-                self.out[i] = EMPTY_ASSIGNMENT
+                self.out[i] = self.split[i] = EMPTY_ASSIGNMENT
                 self.room[i] = quota
                 continue
             count = quota - self.room[i]
@@ -494,6 +497,8 @@ class _Build:
                 kept = first_in_order(local, quota)
                 self._release(local, kept)
                 local = kept
+            else:
+                self.split[i] = local  # current is local and other, whole
             self.out[i] = local
             self.room[i] = quota - _count(local)
             self.pending[i] = other
@@ -626,7 +631,16 @@ class _Build:
                 self.out[i] = kept
                 self.room[i] = 0
             return
+        taken_topics = set().union(*self.taken)
         for i, other in self.pending.items():
+            if self.out[i] is self.split.get(i) and taken_topics.isdisjoint(other):
+                # B neither gave it anything nor took any of its other partitions,
+                # and A cut nothing: with room for them all, it keeps its target.
+                size = _count(other)
+                if size <= self.room[i]:
+                    self.out[i] = self.currents[i]
+                    self.room[i] -= size
+                    continue
             left: dict[str, AbstractSet[int]] = {}
             for topic_id, partitions in other.items():
                 pieces = self._taken_of(topic_id)
