@@ -101,16 +101,21 @@ def rack_gains(
     summed over each rack's members in C."""
     floor_sum: dict[str, int] = {}
     candidate_count: dict[str, int] = {}
+    equal = (
+        bool(floors)
+        and floors.count(floors[0]) == len(floors)
+        and candidates.count(candidates[0]) == len(candidates)
+    )
     if groups is not None:
         for rack_id, indices in groups.items():
             if rack_id in sizes and indices:
-                floor_sum[rack_id] = sum(map(floors.__getitem__, indices))
-                candidate_count[rack_id] = sum(map(candidates.__getitem__, indices))
-    elif (
-        floors
-        and floors.count(floors[0]) == len(floors)
-        and candidates.count(candidates[0]) == len(candidates)
-    ):
+                if equal:  # equal shares: the rack's member count is enough
+                    floor_sum[rack_id] = floors[0] * len(indices)
+                    candidate_count[rack_id] = len(indices) if candidates[0] else 0
+                else:
+                    floor_sum[rack_id] = sum(map(floors.__getitem__, indices))
+                    candidate_count[rack_id] = sum(map(candidates.__getitem__, indices))
+    elif equal:
         # Equal shares (every capacity 1): counting members per rack, in C, is enough.
         for rack, members in Counter(member_racks).items():
             if rack is not None and rack in sizes:
