@@ -343,16 +343,19 @@ def _local_index(
 _NONE: frozenset[int] = frozenset()
 
 
-def _by_rack(member_racks: list[str | None], local_of: LocalIndex) -> dict[str, list[int]]:
-    """The indices of each rack's members (racks with partitions), in spec
-    order: one C pass filing each member under its rack (members of other
-    racks, or none, to a list thrown away). Shared by the rack gains (F_r and
-    candidates summed per rack) and, with nothing held, B's takers."""
+def _by_rack(
+    member_racks: Sequence[str | None], local_of: LocalIndex, indices: Sequence[int] | None = None
+) -> dict[str, list[int]]:
+    """The indices of each rack's members (racks with partitions), in the
+    order given: one C pass filing each member under its rack (members of
+    other racks, or none, to a list thrown away). `indices`: the members to
+    file, `member_racks` being their racks (all members in spec order when
+    None). Shared by the rack gains (F_r and candidates summed per rack) and
+    B's takers."""
     groups: dict[str | None, list[int]] = {rack: [] for rack in local_of}
     elsewhere: list[int] = []
-    deque(
-        map(list.append, map(groups.get, member_racks, repeat(elsewhere)), range(len(member_racks))), maxlen=0
-    )
+    filed = range(len(member_racks)) if indices is None else indices
+    deque(map(list.append, map(groups.get, member_racks, repeat(elsewhere)), filed), maxlen=0)
     return {rack: found for rack, found in groups.items() if rack is not None}
 
 
@@ -586,35 +589,27 @@ class _Build:
         self, member_racks: Sequence[str | None], local_of: LocalIndex, by_rack: Mapping[str, list[int]]
     ) -> dict[str, list[int]]:
         """Per rack with partitions, its members with room, most first, then by
-        id: `by_rack` itself when every member has room, else one C pass
-        appending each member with room to its rack's list (members of other
-        racks, or none, to a list thrown away); R passes of comparisons cost
-        3x that."""
+        id: `by_rack` itself when every member has room, else the members with
+        room filed by `_by_rack` (one C pass; R passes of comparisons cost 3x
+        that)."""
         room = self.room
         order = self.order
         equal = room.count(room[0]) == len(room)  # (small ints: by identity, in C) member order
         if by_rack and isinstance(order, range) and len(order) == len(room) and min(room) > 0:
             # Every member has room (nothing held) and members are in id order:
             # the racks' members as grouped for the gains are the takers.
-            return {
-                rack: found if equal else most_room_first(found, room)
-                for rack, found in by_rack.items()
-                if found
-            }
-        if min(room) <= 0:
-            order = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
-        racks_in_order = (
-            member_racks
-            if isinstance(order, range) and len(order) == len(member_racks)  # in id order
-            else list(map(member_racks.__getitem__, order))
-        )
-        groups: dict[str | None, list[int]] = {rack: [] for rack in local_of}
-        elsewhere: list[int] = []
-        deque(map(list.append, map(groups.get, racks_in_order, repeat(elsewhere)), order), maxlen=0)
+            grouped = by_rack
+        else:
+            if min(room) <= 0:
+                order = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
+            racks_in_order = (
+                member_racks
+                if isinstance(order, range) and len(order) == len(member_racks)  # in id order
+                else list(map(member_racks.__getitem__, order))
+            )
+            grouped = _by_rack(racks_in_order, local_of, order)
         return {
-            rack: found if equal else most_room_first(found, room)
-            for rack, found in groups.items()
-            if found and rack is not None
+            rack: found if equal else most_room_first(found, room) for rack, found in grouped.items() if found
         }
 
     def keep_rest(self) -> None:
