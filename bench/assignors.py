@@ -61,12 +61,21 @@ from regroup.client.assignors import RangeAssignor as ClientRangeAssignor
 from regroup.client.assignors import UniformAssignor as ClientUniformAssignor
 from regroup.client.types import TopicPartition
 from regroup.reconciler import Topic
-from regroup.reconciler.assignors import BUILTIN_ASSIGNORS, Assignor, GroupSpec, MemberSpec, SubscriptionType
+from regroup.reconciler.assignors import (
+    BUILTIN_ASSIGNORS,
+    Assignor,
+    GroupAssignment,
+    GroupSpec,
+    MemberSpec,
+    SubscriptionType,
+)
 from regroup.reconciler.context import GroupConfig
 from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member, MemberMetadata
 from regroup.reconciler.rack_locality import rack_locality
 from regroup.reconciler.target_assignment import compute_target_assignment
+from regroup.reconciler.target_summary import TargetSummaryKeeper
 from regroup.reconciler.topics import TopicsImage
+from regroup.server.config import Settings
 
 TARGET_RATIO = 3.0
 MEMBERS = (100, 1_000, 5_000, 10_000)
@@ -74,6 +83,9 @@ PARTITIONS = (10_000, 100_000)
 TOPICS = (10, 1_000)
 QUICK_POINTS = ((100, 10_000, 10), (1_000, 10_000, 1_000))
 MODES = ("full", "incremental")
+#: Groups with more partitions get their targets computed in the worker process
+#: (the server's default; server/assigner.py).
+OFFLOADED_ABOVE = Settings().inline_assignment_max_partitions
 
 
 def _ids(rng: random.Random, n: int) -> list[str]:
@@ -242,11 +254,17 @@ def variant_specs(variant: str, num_members: int, partitions: int, num_topics: i
     newcomer = member_ids[-1]
     base = group_spec(topics, {m: s for m, s in subscribed.items() if m != newcomer}, {})
     full = with_variant(base, racks, weights)
-    current = dict(assignor.assign(full))
-    return {
-        "full": full,
-        "incremental": with_variant(group_spec(topics, subscribed, current), racks, weights),
-    }
+    result = assignor.assign(full)
+    incremental = with_variant(group_spec(topics, subscribed, dict(result)), racks, weights)
+    if partitions > OFFLOADED_ABOVE and isinstance(result, GroupAssignment):
+        # A group this big has its targets computed in the worker process, whose
+        # copy of the group keeps the summary of the targets it computed
+        # (reconciler/target_summary.py) and hands it back with them.
+        keeper = TargetSummaryKeeper()
+        keeper.computed(result.member_ids, result.summary, "topics", ())
+        summary = keeper.summary(list(incremental.members), "topics")
+        incremental = replace(incremental, current_summary=summary)
+    return {"full": full, "incremental": incremental}
 
 
 def bench_variant(

@@ -14,7 +14,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_, is_not
 from typing import cast
 
-from .assignors import GroupAssignment, GroupSpec, MemberSpec, SubscriptionType
+from .assignors import GroupAssignment, GroupSpec, MemberSpec, SubscriptionType, TargetSummary
 from .assignors.leader import LeaderAssignor, with_leadership
 from .assignors.redundant import assign_redundant
 from .context import Context, GroupConfig, Result, ScheduleAssignment, TimerOp
@@ -142,7 +142,17 @@ def assign_target(
     Depends on nothing but its arguments, so the shell may run it in another
     process (inputs and records are plain data).
     """
+    records, targets, _ = assign_summarised(spec, assignor_name, config, group_epoch, now_ms)
+    return records, targets
+
+
+def assign_summarised(
+    spec: GroupSpec, assignor_name: str, config: GroupConfig, group_epoch: int, now_ms: int | None = None
+) -> tuple[list[Record], Mapping[str, Assignment], TargetSummary | None]:
+    """`assign_target`, and the assignor's summary of the new targets of the
+    spec's members (aligned with `spec.members`), when it gave one."""
     targets: Mapping[str, Assignment]
+    summary: TargetSummary | None = None
     try:
         assignor = config.assignors[assignor_name]
         if isinstance(assignor, LeaderAssignor):
@@ -169,6 +179,7 @@ def assign_target(
         # The assignor answered in the spec's order (the built-in ones do): no
         # dict and no lookups. list == list compares by identity first.
         news = list(targets.targets)
+        summary = targets.summary
     else:
         targets = dict(targets)
         found = list(map(targets.get, ids, repeat(None)))
@@ -195,7 +206,7 @@ def assign_target(
     # id order, as the coordinator's are, and usually only a few records anyway.
     records.sort(key=_member_id)
     records.append(TargetAssignmentEpochRecord(group_epoch, now_ms))
-    return records, targets
+    return records, targets, summary
 
 
 def target_after(records: list[Record], member_id: str, before: Assignment) -> Assignment:
@@ -245,6 +256,21 @@ class PendingAssignment:
         """The records of the new target (pure; may run in another process)."""
         records, _ = assign_target(self.spec, self.assignor, config, self.group_epoch, self.now_ms)
         return records
+
+    def with_summary(self, summary: TargetSummary | None) -> PendingAssignment:
+        """The same computation, told the summary of the current targets
+        (`GroupSpec.current_summary`, aligned with `spec.members`)."""
+        if summary is None:
+            return self
+        return replace(self, spec=replace(self.spec, current_summary=summary))
+
+    def compute_summarised(self, config: GroupConfig) -> tuple[list[Record], TargetSummary | None]:
+        """`compute`, and the summary of the spec members' new targets (when
+        the assignor gave one), for whoever keeps them (target_summary.py)."""
+        records, _, summary = assign_summarised(
+            self.spec, self.assignor, config, self.group_epoch, self.now_ms
+        )
+        return records, summary
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,10 +25,11 @@ import contextlib
 import itertools
 import multiprocessing
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from operator import is_
 from typing import NamedTuple
 
 from regroup.reconciler import GroupConfig, Record, Topic
@@ -41,6 +42,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberTombstone,
 )
 from regroup.reconciler.target_assignment import PendingTarget
+from regroup.reconciler.target_summary import TargetSummaryKeeper
 
 #: The worker's niceness: computing a target is batch work, and on a busy machine it
 #: should wait for the heartbeats (of this process and its database), not delay them.
@@ -80,13 +82,30 @@ class _Request(NamedTuple):
     size: int
     #: Groups whose copies the worker may drop.
     forget: tuple[str, ...]
+    #: Names `topics`: equal keys, identical topics (target_summary.py).
+    topics_key: int = 0
 
 
 # -- the worker process ------------------------------------------------------------
 
 _config: GroupConfig | None = None
-#: group id -> (token, members by id, current target per member id)
-_copies: dict[str, tuple[int, dict[str, Member], dict[str, Assignment]]] = {}
+
+
+@dataclass
+class _Copy:
+    """The worker's copy of a big group."""
+
+    token: int
+    members: dict[str, Member]
+    #: The current target per member id (members with none left out).
+    targets: dict[str, Assignment]
+    #: The sizes and local counts of those targets, as far as the last
+    #: computation here vouches for them.
+    summaries: TargetSummaryKeeper
+
+
+#: group id -> its copy
+_copies: dict[str, _Copy] = {}
 
 
 def _init_worker(config: GroupConfig) -> None:
@@ -103,15 +122,17 @@ def _compute(request: _Request) -> list[Record] | None:
         _copies.pop(group_id, None)
     # Taken out until the computation succeeds: a failure leaves no copy to build on.
     held = _copies.pop(request.group_id, None)
-    members: dict[str, Member] = {}
-    targets: dict[str, Assignment] = {}
     if request.base:
-        if held is None or held[0] != request.base:
+        if held is None or held.token != request.base:
             return None
-        _, members, targets = held
+        copy = held
+    else:
+        copy = _Copy(0, {}, {}, TargetSummaryKeeper())
+    members, targets, summaries = copy.members, copy.targets, copy.summaries
     for member_id in request.removed:
         members.pop(member_id, None)
         targets.pop(member_id, None)
+        summaries.removed(member_id)
     for (
         member_id,
         instance_id,
@@ -139,11 +160,25 @@ def _compute(request: _Request) -> list[Record] | None:
             targets[member_id] = target
         else:
             targets.pop(member_id, None)
+        summaries.changed(member_id, target)
     if len(members) != request.size:
         return None
     pending = PendingTarget(request.group_epoch, request.now_ms, request.assignor, request.topics)
-    records = pending.with_members(members, targets, sorted(members)).compute(_config)
-    _copies[request.group_id] = (request.token, members, targets)
+    computation = pending.with_members(members, targets, sorted(members))
+    member_ids = list(computation.spec.members)
+    computation = computation.with_summary(summaries.summary(member_ids, request.topics_key))
+    records, summary = computation.compute_summarised(_config)
+    # The copy takes the new targets now: the coordinator installs them as they
+    # are (and then does not send them back), or sends the members again.
+    for record in records:
+        if isinstance(record, TargetAssignmentMemberRecord):
+            if record.partitions:
+                targets[record.member_id] = record.partitions
+            else:
+                targets.pop(record.member_id, None)
+    summaries.computed(member_ids, summary, request.topics_key, targets.keys())
+    copy.token = request.token
+    _copies[request.group_id] = copy
     return records
 
 
@@ -163,6 +198,10 @@ class _Sent:
     group: Group
     #: Ids of the members whose metadata, presence or target changed since.
     changed: set[str] = field(default_factory=set)
+    #: The targets the worker computed and took into its copy, by member id,
+    #: until they are seen installed as they are (then the copy holds them
+    #: already and they are not sent back); any not seen are sent again.
+    own: dict[str, Assignment] = field(default_factory=dict)
 
 
 class Assigner:
@@ -175,6 +214,8 @@ class Assigner:
         self._sent: dict[str, _Sent] = {}
         self._forget: set[str] = set()
         self._tokens = itertools.count(1)
+        #: group id -> the topics last sent, and their key
+        self._topics: dict[str, tuple[dict[str, Topic], int]] = {}
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -198,6 +239,7 @@ class Assigner:
     def forget(self, group_ids: Collection[str]) -> None:
         """The groups are gone (or must be sent whole next time)."""
         for group_id in group_ids:
+            self._topics.pop(group_id, None)
             if self._sent.pop(group_id, None) is not None:
                 self._forget.add(group_id)
 
@@ -221,9 +263,17 @@ class Assigner:
         if sent.group is not group:
             self.forget((group_id,))
             return
-        changed = sent.changed
+        changed, own = sent.changed, sent.own
         for record in records:
             if isinstance(record, _MEMBER_INPUTS):
+                if (
+                    own
+                    and type(record) is TargetAssignmentMemberRecord
+                    and own.get(record.member_id) is record.partitions
+                ):
+                    # The worker's own result, installed as computed: its copy has it.
+                    del own[record.member_id]
+                    continue
                 changed.add(record.member_id)
         if len(changed) > len(group.members):
             # Sending the whole group costs no more, and a group that stops asking (its
@@ -262,6 +312,11 @@ class Assigner:
                     # The whole group cannot fail to apply: a bug, not to be retried forever.
                     raise UnknownServerError(f"The assignment worker refused group {group_id} sent whole.")
                 continue
+            sent = self._sent.get(group_id)
+            if sent is not None and sent.token == request.token:
+                sent.own = {
+                    r.member_id: r.partitions for r in records if isinstance(r, TargetAssignmentMemberRecord)
+                }
             return records
 
     def _request(self, group_id: str, group: Group, pending: PendingTarget) -> _Request:
@@ -274,8 +329,11 @@ class Assigner:
             ids: Collection[str] = members
             removed: tuple[str, ...] = ()
         else:
-            ids = [m for m in sent.changed if m in members]
-            removed = tuple(m for m in sent.changed if m not in members)
+            # The worker's own targets not seen installed as computed: the copy
+            # took them, so it gets what the group holds instead.
+            changed = sent.changed | sent.own.keys()
+            ids = [m for m in changed if m in members]
+            removed = tuple(m for m in changed if m not in members)
         wire = tuple(_wire(members[member_id], targets.get(member_id, EMPTY_ASSIGNMENT)) for member_id in ids)
         return _Request(
             group_id=group_id,
@@ -289,7 +347,24 @@ class Assigner:
             removed=removed,
             size=len(members),
             forget=tuple(self._forget),
+            topics_key=self._topics_key(group_id, pending.topics),
         )
+
+    def _topics_key(self, group_id: str, topics: Mapping[str, Topic]) -> int:
+        """A key for the group's subscribed topics: the same as last time while
+        they are the same Topic objects (immutable; a change makes a new one),
+        else a new one. The worker trusts its summary of the targets only over
+        the topics it was counted on."""
+        last = self._topics.get(group_id)
+        if (
+            last is not None
+            and last[0].keys() == topics.keys()
+            and all(map(is_, map(last[0].__getitem__, topics), topics.values()))
+        ):
+            return last[1]
+        key = next(self._tokens)
+        self._topics[group_id] = (dict(topics), key)
+        return key
 
 
 def _wire(member: Member, target: Assignment) -> _WireMember:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Assignor, GroupAssignment, GroupSpec, MemberSpec, PartitionAssignorError, SubscriptionType
+from .base import (
+    Assignor,
+    GroupAssignment,
+    GroupSpec,
+    MemberSpec,
+    PartitionAssignorError,
+    SubscriptionType,
+    TargetSummary,
+)
 from .leader import LeaderAssignor
 from .range import RangeAssignor
 from .uniform import UniformAssignor
@@ -26,5 +34,6 @@ __all__ = [
     "PartitionAssignorError",
     "RangeAssignor",
     "SubscriptionType",
+    "TargetSummary",
     "UniformAssignor",
 ]

@@ -34,6 +34,22 @@ class MemberSpec:
     capacity: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class TargetSummary:
+    """Each member's target in two numbers, aligned with a list of members: what
+    an assignor knows of the targets it returns without reading them again,
+    and what it is given back with them (`GroupSpec.current_summary`) so that
+    the next computation need not read every member's target to count it (at
+    10,000 members that read costs more than the baseline it is benchmarked
+    against, docs/benchmarks.md section 3)."""
+
+    #: Per member, how many partitions its target holds.
+    sizes: Sequence[int]
+    #: Per member, how many of them are in the member's own rack (a partition
+    #: rack equal to the member's rack id); None when racks were not in play.
+    local_counts: Sequence[int] | None = None
+
+
 class SubscriptionType(Enum):
     """Whether every member subscribes to the same topics (Kafka's SubscriptionType)."""
 
@@ -65,6 +81,15 @@ class GroupSpec:
     #: 1, `topics` and every member's subscription also hold the copy topics
     #: (reconciler/replicas.py) and the redundant assignor computes the target.
     replicas: int = 1
+    #: The members' current targets summarised, aligned with `members` (in its
+    #: order), or None. Given only by a caller that keeps the targets of one
+    #: computation over these same topics (the worker's copy of a big group,
+    #: server/assigner.py): every member's current target is the one that
+    #: computation returned with this summary (a member that joined since has
+    #: none, size 0), so the targets are disjoint and within their topics, and
+    #: the local counts were counted against these topics' racks and the
+    #: members' racks. An assignor may trust it instead of reading the targets.
+    current_summary: TargetSummary | None = None
 
     def is_homogeneous(self) -> bool:
         """True when every member subscribes to the same topics (Kafka's HOMOGENEOUS)."""
@@ -94,13 +119,22 @@ class GroupAssignment(Mapping[str, Assignment]):
     first use. `member_ids` must be distinct.
     """
 
-    __slots__ = ("_by_id", "member_ids", "targets")
+    __slots__ = ("_by_id", "member_ids", "summary", "targets")
 
-    def __init__(self, member_ids: Sequence[str], targets: Sequence[Assignment]) -> None:
+    def __init__(
+        self,
+        member_ids: Sequence[str],
+        targets: Sequence[Assignment],
+        summary: TargetSummary | None = None,
+    ) -> None:
         if len(member_ids) != len(targets):
             raise ValueError(f"{len(member_ids)} member ids but {len(targets)} targets")
+        if summary is not None and len(summary.sizes) != len(targets):
+            raise ValueError(f"{len(targets)} targets but {len(summary.sizes)} sizes in their summary")
         self.member_ids = member_ids
         self.targets = targets
+        #: The targets summarised (aligned with them), when the assignor knows it.
+        self.summary = summary
         self._by_id: dict[str, Assignment] | None = None
 
     def _mapping(self) -> dict[str, Assignment]:

@@ -57,7 +57,7 @@ from operator import add, and_, gt, is_not, ne, not_, sub
 from typing import cast
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
-from .base import GroupAssignment, GroupSpec
+from .base import GroupAssignment, GroupSpec, TargetSummary
 from .blocks import cut_runs
 from .racks import ordered_by_rack, partitions_by_rack, rack_gains
 from .shares import choose_extras, equal_shares, shares
@@ -94,7 +94,13 @@ def assign_by_quota(
         member_racks = [m.rack_id for m in members]
         local_of, ordered_of, layouts = _local_index(spec, topic_ids, member_racks)
     local_counts: list[int] = []
-    if any(currents):
+    summary = _trusted_summary(spec, total, racks)
+    if summary is not None:
+        # The targets are one computation's over these topics, and hold every
+        # partition: nothing is unheld, and nothing needs reading.
+        counts, unheld = list(summary.sizes), {}
+        local_counts = list(summary.local_counts) if racks and summary.local_counts is not None else []
+    elif any(currents):
         currents, counts, unheld, local_counts = _valid_currents(
             member_ids, currents, topic_ids, sizes, member_racks, local_of
         )
@@ -116,9 +122,9 @@ def assign_by_quota(
             groups = _by_rack(member_racks, local_of)
         base_local, gains = rack_gains(member_racks, floors, candidates, rack_counts, groups or None)
         if balanced and sum(local_counts) == base_local + min(extra, sum(gains.values())):
-            return GroupAssignment(member_ids, currents)
+            return GroupAssignment(member_ids, currents, TargetSummary(counts, local_counts))
     elif balanced:
-        return GroupAssignment(member_ids, currents)
+        return GroupAssignment(member_ids, currents, TargetSummary(counts))
 
     # A range when members come in id order (the coordinator's): read in place.
     order: Sequence[int] = range(len(members)) if in_order(member_ids) else _id_order(member_ids)
@@ -127,21 +133,45 @@ def assign_by_quota(
         # get the extra one (choose_extras with nothing to prefer), and each
         # member takes the next block of the global order, its quota long,
         # straight into the output (D without takers, rooms or stores).
-        return GroupAssignment(
-            member_ids, _fresh_blocks(topic_ids, sizes, _first_extras(floors, candidates, extra))
-        )
+        quotas = _first_extras(floors, candidates, extra)
+        return GroupAssignment(member_ids, _fresh_blocks(topic_ids, sizes, quotas), TargetSummary(quotas))
     if extra:
         chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains)
         quotas = list(map(add, floors, chosen))
     else:
         quotas = floors  # every share whole: nobody gets one more
     build = _Build(currents, counts, quotas, order, topic_ids, sizes, unheld)
+    locals_after: list[int] | None = None
     if member_racks is not None:
         build.keep_local(member_racks, local_of, local_counts)
         build.fill_local(member_racks, local_of, ordered_of, layouts, groups)
+        # What each member holds of its rack is final here: A kept local
+        # partitions and B handed them out (each member's quota less its room);
+        # C keeps only partitions of other racks, and D finds none of a rack
+        # whose members still have room (B took them all: unheld, released, and
+        # those held by members of other racks). The tests recount it.
+        locals_after = list(map(sub, quotas, build.room))
     build.keep_rest()
     build.fill_rest()
-    return GroupAssignment(member_ids, build.out)
+    # Balance: every partition is handed out and no one exceeds its quota, so
+    # everyone ends at it.
+    return GroupAssignment(member_ids, build.out, TargetSummary(quotas, locals_after))
+
+
+def _trusted_summary(spec: GroupSpec, total: int, racks: bool) -> TargetSummary | None:
+    """The spec's summary of the current targets, when it can stand for reading
+    them: it covers every member (with their local counts when racks are in
+    play) and the targets hold every partition. Targets of a member that left
+    leave partitions unheld, and which ones only the targets tell."""
+    summary = spec.current_summary
+    if (
+        summary is None
+        or len(summary.sizes) != len(spec.members)
+        or (racks and summary.local_counts is None)
+        or sum(summary.sizes) != total
+    ):
+        return None
+    return summary
 
 
 def _first_extras(floors: list[int], candidates: list[bool], extra: int) -> list[int]:

@@ -9,16 +9,20 @@ import asyncio
 import copy
 import os
 import signal
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from regroup.reconciler import GroupConfig, Result
+from regroup.reconciler import GroupConfig, Result, Topic
+from regroup.reconciler.assignors import uniform_quota
 from regroup.reconciler.drain import drain_member
 from regroup.reconciler.records import CurrentAssignmentRecord, TargetAssignmentMemberRecord
 from regroup.reconciler.target_assignment import PendingTarget, pending_assignment, pending_target
+from regroup.server import assigner as assigner_module
 from regroup.server.assigner import Assigner
 from tests.support.engine import EngineHarness, beat, join
 
@@ -129,22 +133,54 @@ async def test_after_the_first_computation_only_changed_members_are_sent(assigne
     records = await compute_and_check(h, assigner)
     assert moved(records)
 
-    # Members stepping to the new epoch change nothing the assignor reads: only the
-    # targets the last computation moved are sent.
+    # Members stepping to the new epoch change nothing the assignor reads, and the
+    # targets the last computation moved were installed as the worker computed
+    # them (its copy took them): nothing is sent.
     step_all(h)
     assert {type(r) for r in h.last_records} == {CurrentAssignmentRecord}
     grow(h, "bar")
     request = assigner._request("g", h.groups["g"], pending(h))
     assert request.base != 0
-    assert (sorted(m[0] for m in request.members), request.removed) == (moved(records), ())
+    assert (request.members, request.removed) == ((), ())
     records = await compute_and_check(h, assigner)
+    assert moved(records)
 
-    # A join and a leave are sent too.
+    # A join and a leave are sent.
     h.heartbeat(join("g", "new", ["foo"]))
     h.heartbeat(beat("g", "m07", -1))
     request = assigner._request("g", h.groups["g"], pending(h))
-    assert sorted(m[0] for m in request.members) == sorted({*moved(records), "new"} - {"m07"})
+    assert [m[0] for m in request.members] == ["new"]
     assert (request.removed, request.size) == (("m07",), 20)
+    await compute_and_check(h, assigner)
+
+
+async def test_targets_computed_but_not_installed_are_sent_again(assigner: Assigner) -> None:
+    """The worker's copy takes the targets it computes; the coordinator may not
+    install them (the group moved on): those members are sent with the targets
+    the group holds."""
+    h = big_group(assigner)
+    await compute_and_check(h, assigner)
+    step_all(h)
+    grow(h, "foo")
+    records = await assigner.compute("g", h.groups["g"], pending(h))  # not installed
+    assert moved(records)
+    grow(h, "bar")
+    request = assigner._request("g", h.groups["g"], pending(h))
+    assert sorted(m[0] for m in request.members) == moved(records)
+    assert all(m[5] == h.groups["g"].target_of(m[0]) for m in request.members)
+    await compute_and_check(h, assigner)
+    # Installed as computed only in part (a record replayed that is not the worker's
+    # own object counts as a change): that member is sent again.
+    grow(h, "foo")
+    records = await assigner.compute("g", h.groups["g"], pending(h))
+    first = next(r for r in records if isinstance(r, TargetAssignmentMemberRecord))
+    copied = [
+        TargetAssignmentMemberRecord(r.member_id, dict(r.partitions)) if r is first else r for r in records
+    ]
+    h.apply("g", Result(True, tuple(copied)))
+    grow(h, "bar")
+    request = assigner._request("g", h.groups["g"], pending(h))
+    assert [m[0] for m in request.members] == [first.member_id]
     await compute_and_check(h, assigner)
 
 
@@ -226,3 +262,99 @@ async def test_changes_made_while_the_worker_computes_are_sent_next_time(assigne
     assert "m04" in [m[0] for m in request.members]
     await compute_and_check(h, assigner)
     assert set(h.groups["g"].target["m04"]) == {"bar-id"}
+
+
+# -- the summary of the targets the worker computed (reconciler/target_summary.py) --
+
+
+@pytest.fixture
+def in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[Assigner]:
+    """An assigner whose worker function runs in this process (in a thread), so
+    that its copies and what the assignor reads can be looked at."""
+    monkeypatch.setattr(assigner_module, "_config", DEFERRED)
+    monkeypatch.setattr(assigner_module, "_copies", {})
+    worker = Assigner(DEFERRED)
+    pool = ThreadPoolExecutor(1)
+    monkeypatch.setattr(worker, "_executor", lambda: pool)
+    yield worker
+    pool.shutdown()
+
+
+@pytest.fixture
+def scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many members' current targets the rack- and weight-aware assignor
+    read, per read, in the worker (the `in_process` thread; the engine's own
+    computation that `compute_and_check` compares with runs on this one)."""
+    seen: list[int] = []
+    read = uniform_quota._valid_currents
+
+    def counted(member_ids: list[str], *args: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            seen.append(len(member_ids))
+        return read(member_ids, *args)
+
+    monkeypatch.setattr(uniform_quota, "_valid_currents", counted)
+    return seen
+
+
+def set_topic(h: EngineHarness, name: str, partitions: int) -> None:
+    """A topic whose partition p is in rack a, b or c (p mod 3)."""
+    layout = tuple("abc"[p % 3] for p in range(partitions))
+    h.image = h.image.with_topic(Topic(f"{name}-id", name, partitions, layout))
+    h.refresh_all()
+
+
+def racked_group(assigner: Assigner) -> WatchedHarness:
+    """20 members in racks a, b and d (no partitions), capacities 1 - 3, over
+    100 partitions in racks a, b, c: the rack- and weight-aware uniform assignor."""
+    h = WatchedHarness(config=DEFERRED, now_ms=10_000, assigner=assigner)
+    set_topic(h, "foo", 60)
+    set_topic(h, "bar", 40)
+    for i in range(20):
+        h.heartbeat(join("g", f"m{i:02d}", ["foo", "bar"], rack_id="abd"[i % 3], capacity=1 + i % 3))
+    return h
+
+
+async def test_the_worker_reads_no_target_it_computed_itself(in_process: Assigner, scans: list[int]) -> None:
+    """A join over targets the worker computed is computed from their summary,
+    not by reading them; anything it cannot vouch for is read again. Every
+    computation gives what the engine computes from the targets themselves."""
+    h = racked_group(in_process)
+    await compute_and_check(h, in_process)  # from nothing: nothing to read
+    step_all(h)
+    h.heartbeat(join("g", "new", ["foo", "bar"], rack_id="a", capacity=2))
+    records = await compute_and_check(h, in_process)
+    assert "new" in moved(records)
+    assert scans == []
+
+    # A leave: its partitions are unheld, and which ones only the targets tell.
+    step_all(h)
+    h.heartbeat(beat("g", "m04", -1))
+    await compute_and_check(h, in_process)
+    assert scans == [20]
+    # Then joins are computed from the summary again.
+    step_all(h)
+    h.heartbeat(join("g", "new2", ["foo", "bar"], rack_id="b"))
+    await compute_and_check(h, in_process)
+    assert scans == [20]
+
+    # A member that moves rack (its local count changes): read.
+    step_all(h)
+    member = h.groups["g"].members["m05"]
+    h.heartbeat(beat("g", "m05", member.member_epoch, member.assigned, rack_id="a"))
+    await compute_and_check(h, in_process)
+    assert scans == [20, 21]
+
+    # New topic metadata (a topic grown: a new Topic object): read.
+    step_all(h)
+    set_topic(h, "bar", 41)
+    await compute_and_check(h, in_process)
+    assert scans == [20, 21, 21]
+
+    # Targets computed but not installed: the members are sent again, then read.
+    step_all(h)
+    h.heartbeat(join("g", "new3", ["foo", "bar"], rack_id="c"))
+    await in_process.compute("g", h.groups["g"], pending(h))
+    set_topic(h, "foo", 60)  # the same metadata, but a new object
+    await compute_and_check(h, in_process)
+    assert scans[-1] == 22

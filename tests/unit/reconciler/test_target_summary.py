@@ -1,0 +1,184 @@
+"""The summary of the targets (reconciler/target_summary.py): what the rack-
+and weight-aware uniform assignor says of the targets it returns is what they
+hold, and a computation handed that summary back, instead of reading the
+targets, computes exactly what one that reads them does."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from regroup.reconciler import Topic
+from regroup.reconciler.assignors import (
+    GroupAssignment,
+    GroupSpec,
+    MemberSpec,
+    TargetSummary,
+    UniformAssignor,
+    uniform_quota,
+)
+from regroup.reconciler.model import Assignment, make_assignment
+from regroup.reconciler.target_summary import TargetSummaryKeeper
+
+UNIFORM = UniformAssignor()
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> GroupSpec:
+    """A homogeneous group of 1 - 12 members (racks a, b, c, d or none; weighted
+    or not) over 1 - 4 topics of 1 - 30 partitions (racks cycling, random or
+    none), each partition held by a random member or none."""
+    topics: dict[str, Topic] = {}
+    for i in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(1, 30))
+        kind = draw(st.sampled_from(["cycle", "random", "none"]))
+        layout: tuple[str, ...] = ()
+        if kind == "cycle":
+            layout = tuple("abc"[p % 3] for p in range(n))
+        elif kind == "random":
+            layout = tuple(draw(st.lists(st.sampled_from("abc"), min_size=n, max_size=n)))
+        topics[f"T{i}"] = Topic(f"T{i}", f"t{i}", n, layout)
+    member_ids = [f"m{i:02d}" for i in range(draw(st.integers(1, 12)))]
+    weighted = draw(st.booleans())
+    held: dict[str, list[tuple[str, int]]] = {m: [] for m in member_ids}
+    if draw(st.booleans()):  # else a new group: nothing held
+        for t, topic in topics.items():
+            for p in range(topic.num_partitions):
+                holder = draw(st.sampled_from([None, *member_ids]))
+                if holder is not None:
+                    held[holder].append((t, p))
+    members = {
+        m: MemberSpec(
+            m,
+            None,
+            draw(st.sampled_from([None, "a", "b", "c", "d"])),
+            frozenset(topics),
+            make_assignment((t, [p]) for t, p in held[m]),
+            draw(st.integers(1, 4)) if weighted else 1,
+        )
+        for m in member_ids
+    }
+    return GroupSpec(members=members, topics=topics)
+
+
+def recount(spec: GroupSpec, targets: list[Assignment]) -> tuple[list[int], list[int]]:
+    """Each target's size and its partitions in its member's rack, counted."""
+    sizes, local = [], []
+    for member, target in zip(spec.members.values(), targets, strict=True):
+        sizes.append(sum(map(len, target.values())))
+        racks = {t: spec.topics[t].partition_racks for t in target}
+        local.append(
+            sum(1 for t, ps in target.items() for p in ps if racks[t] and racks[t][p] == member.rack_id)
+            if member.rack_id is not None
+            else 0
+        )
+    return sizes, local
+
+
+def summarised(spec: GroupSpec) -> GroupAssignment | None:
+    """The uniform assignor's result, when it came with a summary (weights or racks in play)."""
+    result = UNIFORM.assign(spec)
+    assert isinstance(result, GroupAssignment)
+    return result if result.summary is not None else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=specs())
+def test_the_summary_counts_the_targets_returned(spec: GroupSpec) -> None:
+    result = summarised(spec)
+    if result is None:
+        return  # neither weights nor racks: the rack-blind code, which gives none
+    assert result.summary is not None
+    sizes, local = recount(spec, list(result.targets))
+    assert list(result.summary.sizes) == sizes
+    if result.summary.local_counts is not None:
+        assert list(result.summary.local_counts) == local
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=specs(), data=st.data())
+def test_a_computation_given_the_summary_computes_what_reading_the_targets_does(
+    spec: GroupSpec, data: st.DataObject
+) -> None:
+    """The result fed back with its summary as the keeper holds it, after
+    members join (nothing held), leave, or change capacity."""
+    first = summarised(spec)
+    if first is None:
+        return
+    assert first.summary is not None
+    keeper = TargetSummaryKeeper()
+    keeper.computed(list(first.member_ids), first.summary, "topics", ())
+    members = {
+        m: dataclasses.replace(
+            s, current=first[m], capacity=data.draw(st.integers(1, 4)) if s.capacity != 1 else 1
+        )
+        for m, s in spec.members.items()
+    }
+    for m in data.draw(st.lists(st.sampled_from(sorted(members)), unique=True, max_size=2)):
+        if len(members) > 1:
+            del members[m]
+            keeper.removed(m)
+    for i in range(data.draw(st.integers(0, 3))):
+        rack = data.draw(st.sampled_from([None, "a", "b", "c"]))
+        members[f"n{i}"] = MemberSpec(f"n{i}", None, rack, frozenset(spec.topics), {}, 1)
+    members = dict(sorted(members.items()))
+    following = dataclasses.replace(spec, members=members)
+    summary = keeper.summary(list(members), "topics")
+    assert summary is not None
+    told = UNIFORM.assign(dataclasses.replace(following, current_summary=summary))
+    assert dict(told) == dict(UNIFORM.assign(following))
+
+
+def test_the_summary_stands_for_reading_the_targets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a summary that holds every partition, the targets are not read; one
+    that leaves partitions unheld (a member left) or lacks the local counts
+    racks need is not enough."""
+    topics = {"T": Topic("T", "t", 12, tuple("ab"[p % 2] for p in range(12)))}
+    members = {m: MemberSpec(m, None, rack, frozenset(topics), {}) for m, rack in (("m0", "a"), ("m1", "b"))}
+    spec = GroupSpec(members=members, topics=topics)
+    first = summarised(spec)
+    assert first is not None and first.summary is not None
+    reads: list[int] = []
+    read = uniform_quota._valid_currents
+    monkeypatch.setattr(
+        uniform_quota, "_valid_currents", lambda ids, *a: reads.append(len(ids)) or read(ids, *a)
+    )
+    joined = {
+        **{m: dataclasses.replace(s, current=first[m]) for m, s in members.items()},
+        "m2": MemberSpec("m2", None, "a", frozenset(topics), {}),
+    }
+    after = dataclasses.replace(spec, members=joined)
+    sizes = [*first.summary.sizes, 0]
+    local = [*(first.summary.local_counts or ()), 0]
+    expected = dict(UNIFORM.assign(after))
+    assert reads == [3]
+    assert (
+        dict(UNIFORM.assign(dataclasses.replace(after, current_summary=TargetSummary(sizes, local))))
+        == expected
+    )
+    assert reads == [3]  # not read
+    for partial in (TargetSummary(sizes, None), TargetSummary([sizes[0], 0, 0], [local[0], 0, 0])):
+        assert dict(UNIFORM.assign(dataclasses.replace(after, current_summary=partial))) == expected
+    assert reads == [3, 3, 3]
+
+
+def test_the_keeper_vouches_only_for_what_the_last_computation_gave() -> None:
+    keeper = TargetSummaryKeeper()
+    assert keeper.summary(["a"], 1) is None  # nothing computed yet
+    keeper.computed(["a", "b"], TargetSummary([3, 2], [1, 2]), 1, ())
+    assert keeper.summary(["a", "b", "c"], 1) == TargetSummary(
+        [3, 2, 0], [1, 2, 0]
+    )  # c joined: holds nothing
+    assert keeper.summary(["a", "b"], 2) is None  # other topics
+    keeper.changed("c", {})  # a member sent again with no target: still vouched for
+    keeper.removed("b")
+    assert keeper.summary(["a", "c"], 1) == TargetSummary([3, 0], [1, 0])
+    keeper.changed("a", {"T": frozenset({0})})  # a target from elsewhere
+    assert keeper.summary(["a", "c"], 1) is None
+    keeper.computed(["a", "c"], None, 1, ["a"])  # a computation that gave no summary
+    assert keeper.summary(["a", "c"], 1) is None
+    keeper.computed(["a", "c"], TargetSummary([1, 1]), 3, ["a", "c"])
+    assert keeper.summary(["a", "c"], 3) == TargetSummary([1, 1], None)
