@@ -83,7 +83,7 @@ class _Request(NamedTuple):
     #: Groups whose copies the worker may drop.
     forget: tuple[str, ...]
     #: Names `topics`: equal keys, identical topics (target_summary.py).
-    topics_key: int = 0
+    topics_key: int
 
 
 # -- the worker process ------------------------------------------------------------
