@@ -73,9 +73,8 @@ from regroup.reconciler.context import GroupConfig
 from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment, Member, MemberMetadata
 from regroup.reconciler.rack_locality import rack_locality
 from regroup.reconciler.target_assignment import compute_target_assignment
-from regroup.reconciler.target_summary import TargetSummaryKeeper
+from regroup.reconciler.target_summary import ComputedSummary, TargetSummaryKeeper
 from regroup.reconciler.topics import TopicsImage
-from regroup.server.config import Settings
 
 TARGET_RATIO = 3.0
 MEMBERS = (100, 1_000, 5_000, 10_000)
@@ -83,9 +82,6 @@ PARTITIONS = (10_000, 100_000)
 TOPICS = (10, 1_000)
 QUICK_POINTS = ((100, 10_000, 10), (1_000, 10_000, 1_000))
 MODES = ("full", "incremental")
-#: Groups with more partitions get their targets computed in the worker process
-#: (the server's default; server/assigner.py).
-OFFLOADED_ABOVE = Settings().inline_assignment_max_partitions
 
 
 def _ids(rng: random.Random, n: int) -> list[str]:
@@ -256,12 +252,12 @@ def variant_specs(variant: str, num_members: int, partitions: int, num_topics: i
     full = with_variant(base, racks, weights)
     result = assignor.assign(full)
     incremental = with_variant(group_spec(topics, subscribed, dict(result)), racks, weights)
-    if partitions > OFFLOADED_ABOVE and isinstance(result, GroupAssignment):
-        # A group this big has its targets computed in the worker process, whose
-        # copy of the group keeps the summary of the targets it computed
-        # (reconciler/target_summary.py) and hands it back with them.
+    if isinstance(result, GroupAssignment) and result.summary is not None:
+        # Whoever keeps the targets keeps the summary of the ones it computed and
+        # hands it back with them (reconciler/target_summary.py): the group for
+        # a target computed inline, the worker's copy for a big group's.
         keeper = TargetSummaryKeeper()
-        keeper.computed(result.member_ids, result.summary, "topics", ())
+        keeper.computed(ComputedSummary(result.member_ids, result.summary, "topics"))
         summary = keeper.summary(list(incremental.members), "topics")
         incremental = replace(incremental, current_summary=summary)
     return {"full": full, "incremental": incremental}

@@ -66,13 +66,15 @@ from .records import (
 from .replicas import collapse, expand_owned, is_copy, split
 from .subscription import adjusted_counts, canonical_names, group_topics, member_topic_ids, metadata_hash
 from .target_assignment import (
+    PendingAssignment,
     assignment_due,
-    compute_target_assignment,
     fits_inline,
+    group_spec,
     next_assignment_ms,
     preferred_assignor,
     target_after,
 )
+from .target_summary import TargetSummaryKeeper, counts_differently
 from .topics import LEADERSHIP_TOPIC_ID, Topic, TopicsImage, resolve_topic_id
 from .validation import validate_consumer_group_heartbeat
 
@@ -304,16 +306,10 @@ def _update_target(hb: _Heartbeat) -> None:
             targets = {k: v for k, v in targets.items() if k != lookup.replaced.member_id}
             targets[member.member_id] = hb.target
         members[member.member_id] = member
-        target_records, _ = compute_target_assignment(
-            members,
-            targets,
-            ctx.image,
-            assignor,
-            ctx.config,
-            hb.group_epoch,
-            ctx.now_ms,
-            _ids_in_order(group, member.member_id, lookup.replaced),
-        )
+        order = _ids_in_order(group, member.member_id, lookup.replaced)
+        spec = group_spec(members, targets, ctx.image, order)
+        pending = PendingAssignment(hb.group_epoch, ctx.now_ms, assignor, spec)
+        target_records = pending.compute_kept(ctx.config, _summary_keeper(group, member, lookup))
         hb.records.extend(target_records)
         hb.assignment_epoch = hb.group_epoch
         hb.target = target_after(target_records, member.member_id, targets.get(member.member_id, {}))
@@ -579,6 +575,19 @@ def _ids_in_order(group: Group, member_id: str, replaced: Member | None) -> list
     if member_id not in group.members:
         insort(order, member_id)
     return order
+
+
+def _summary_keeper(group: Group, member: Member, lookup: _Lookup) -> TargetSummaryKeeper | None:
+    """The group's keeper of its targets' summary, when what it vouches for
+    holds for this heartbeat's computation too: this heartbeat's own records
+    are not replayed yet, and a replaced static member's target moves to its
+    successor, or the member's new rack or subscription counts its target anew."""
+    if lookup.replaced is not None:
+        return None
+    before = group.members.get(member.member_id)
+    if before is not None and counts_differently(before.metadata, member.metadata):
+        return None
+    return group.target_summary
 
 
 def _cheap_enough(group: Group, topics: list[Topic] | None, ctx: Context) -> bool:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import TypeVar
 
+from .target_summary import TargetSummaryKeeper
+
 #: Partitions per topic id. Values are never empty; an absent topic means none.
 Assignment = Mapping[str, frozenset[int]]
 
@@ -312,6 +314,7 @@ class Group:
         "metadata_hash",
         "offsets",
         "target",
+        "target_summary",
     )
 
     def __init__(self, group_id: str, group_type: str = CONSUMER_GROUP_TYPE) -> None:
@@ -326,6 +329,10 @@ class Group:
         self.members: dict[str, Member] = {}
         #: The target assignment, per member id.
         self.target: dict[str, Assignment] = {}
+        #: The sizes and rack-local counts of those targets as the last inline
+        #: computation returned them (soft state, kept by replay): the next one
+        #: need not read every target to count it (target_summary.py).
+        self.target_summary = TargetSummaryKeeper()
         #: Client-side assignment: what the last installation left for the next
         #: computation, and the last computation error (both stored).
         self.assignor_state = b""
@@ -379,6 +386,7 @@ class Group:
         copy.metadata_hash = self.metadata_hash
         copy.members = dict(self.members)
         copy.target = dict(self.target)
+        copy.target_summary = self.target_summary.copy()
         copy.assignor_state = self.assignor_state
         copy.assignment_error = self.assignment_error
         copy.computation = self.computation

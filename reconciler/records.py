@@ -7,9 +7,10 @@ stores them; `replay` applies them to the in-memory group afterwards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .model import Assignment, Computation, Member, MemberMetadata, MemberState
+from .target_summary import ComputedSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +63,15 @@ class TargetAssignmentEpochRecord:
 
     `computed_at_ms` is when (the operation's `now_ms`); it paces batched
     computations and is not stored, since a restart may reset it.
+
+    `summary` is what a computation made in this process says of the targets
+    it returned, for the group's keeper (target_summary.py): soft state too,
+    never stored nor compared (a restarted group reads its targets once).
     """
 
     assignment_epoch: int
     computed_at_ms: int | None = None
+    summary: ComputedSummary | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from .records import (
     TargetAssignmentMemberRecord,
     TargetAssignmentMemberTombstone,
 )
+from .target_summary import counts_differently
 
 
 def replay_all(group: Group | None, group_id: str, records: Iterable[Record]) -> Group | None:
@@ -61,17 +62,23 @@ def replay(group: Group, record: Record) -> None:
             _replay_member_metadata(group, record)
         case MemberMetadataTombstone():
             _remove_member(group, record.member_id)
+            group.target_summary.removed(record.member_id)
         case TargetAssignmentMemberRecord():
             if record.partitions:
                 group.target[record.member_id] = record.partitions
             else:
                 group.target.pop(record.member_id, None)
+            group.target_summary.changed(record.member_id, record.partitions)
         case TargetAssignmentMemberTombstone():
             group.target.pop(record.member_id, None)
+            group.target_summary.removed(record.member_id)
         case TargetAssignmentEpochRecord():
             group.assignment_epoch = record.assignment_epoch
             if record.computed_at_ms is not None:
                 group.last_assignment_ms = record.computed_at_ms
+            # A computation's own member records came just before, and it
+            # vouches for them; any other target (a client's, the worker's) has none.
+            group.target_summary.computed(record.summary)
         case CurrentAssignmentRecord():
             _replay_current_assignment(group, record)
         case CurrentAssignmentTombstone():
@@ -115,6 +122,10 @@ def _replay_member_metadata(group: Group, record: MemberMetadataRecord) -> None:
         new = Member(record.member_id, record.metadata)
     if old is not None:
         group._index_metadata(old, -1)
+        if counts_differently(old.metadata, record.metadata):
+            group.target_summary.changed(
+                record.member_id, group.target.get(record.member_id, EMPTY_ASSIGNMENT)
+            )
     else:
         group._index_member_id(record.member_id, +1)
         group._index_state(new, +1)

@@ -23,6 +23,7 @@ from .model import EMPTY_ASSIGNMENT, Assignment, Group, Member
 from .records import Record, TargetAssignmentEpochRecord, TargetAssignmentMemberRecord
 from .replicas import group_replicas, subscribed_with_copies, with_copies
 from .subscription import group_topics, member_topic_ids
+from .target_summary import ComputedSummary, TargetSummaryKeeper
 from .topics import Topic, TopicsImage
 
 
@@ -264,6 +265,21 @@ class PendingAssignment:
             return self
         return replace(self, spec=replace(self.spec, current_summary=summary))
 
+    def compute_kept(self, config: GroupConfig, keeper: TargetSummaryKeeper | None) -> list[Record]:
+        """`compute`, for a computation made where its records are replayed at
+        once (inline): told the summary the group's `keeper` vouches for, if
+        any, and handing the new one to the keeper with the epoch record."""
+        member_ids = list(self.spec.members)
+        topics_key = tuple(self.spec.topics.values())
+        computation = self
+        if keeper is not None:
+            computation = self.with_summary(keeper.summary(member_ids, topics_key))
+        records, summary = computation.compute_summarised(config)
+        if summary is not None:
+            epoch_record = cast(TargetAssignmentEpochRecord, records[-1])
+            records[-1] = replace(epoch_record, summary=ComputedSummary(member_ids, summary, topics_key))
+        return records
+
     def compute_summarised(self, config: GroupConfig) -> tuple[list[Record], TargetSummary | None]:
         """`compute`, and the summary of the spec members' new targets (when
         the assignor gave one), for whoever keeps them (target_summary.py)."""
@@ -350,9 +366,8 @@ def on_assignment_timer(
         return Result(False, (), (ScheduleAssignment(next_assignment_ms(group, ctx)),))
     if not pending.fits_inline(ctx.config):
         return Result(pending)
-    records = pending.with_members(group.members, group.target, group.member_ids_in_order()).compute(
-        ctx.config
-    )
+    computation = pending.with_members(group.members, group.target, group.member_ids_in_order())
+    records = computation.compute_kept(ctx.config, group.target_summary)
     return Result(bool(records), tuple(records))
 
 

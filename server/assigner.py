@@ -42,7 +42,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberTombstone,
 )
 from regroup.reconciler.target_assignment import PendingTarget
-from regroup.reconciler.target_summary import TargetSummaryKeeper
+from regroup.reconciler.target_summary import ComputedSummary, TargetSummaryKeeper
 
 #: The worker's niceness: computing a target is batch work, and on a busy machine it
 #: should wait for the heartbeats (of this process and its database), not delay them.
@@ -176,7 +176,7 @@ def _compute(request: _Request) -> list[Record] | None:
                 targets[record.member_id] = record.partitions
             else:
                 targets.pop(record.member_id, None)
-    summaries.computed(member_ids, summary, request.topics_key, targets.keys())
+    summaries.computed(None if summary is None else ComputedSummary(member_ids, summary, request.topics_key))
     copy.token = request.token
     _copies[request.group_id] = copy
     return records

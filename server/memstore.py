@@ -252,8 +252,11 @@ def _lease_round(db: MemoryDatabase, request: LeaseRequest) -> LeaseRound:
 
 
 def _as_stored(record: Record) -> Record:
-    """The record as Postgres keeps it: when a target was computed is not stored."""
-    if isinstance(record, TargetAssignmentEpochRecord) and record.computed_at_ms is not None:
+    """The record as Postgres keeps it: when a target was computed, and its
+    summary, are not stored."""
+    if isinstance(record, TargetAssignmentEpochRecord) and (
+        record.computed_at_ms is not None or record.summary is not None
+    ):
         return TargetAssignmentEpochRecord(record.assignment_epoch)
     return record
 

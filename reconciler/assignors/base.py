@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Protocol
 
 from ..model import Assignment
+from ..target_summary import TargetSummary as TargetSummary  # re-exported: the assignors' API
 from ..topics import Topic
 
 
@@ -32,22 +33,6 @@ class MemberSpec:
     #: The member's weight (ConsumerGroupHeartbeatRequest.capacity, default 1): the
     #: uniform assignor gives members shares proportional to it.
     capacity: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class TargetSummary:
-    """Each member's target in two numbers, aligned with a list of members: what
-    an assignor knows of the targets it returns without reading them again,
-    and what it is given back with them (`GroupSpec.current_summary`) so that
-    the next computation need not read every member's target to count it (at
-    10,000 members that read costs more than the baseline it is benchmarked
-    against, docs/benchmarks.md section 3)."""
-
-    #: Per member, how many partitions its target holds.
-    sizes: Sequence[int]
-    #: Per member, how many of them are in the member's own rack (a partition
-    #: rack equal to the member's rack id); None when racks were not in play.
-    local_counts: Sequence[int] | None = None
 
 
 class SubscriptionType(Enum):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from regroup.reconciler import Topic
+from regroup.reconciler import GroupConfig, Record, Topic, replay_all
 from regroup.reconciler.assignors import (
     GroupAssignment,
     GroupSpec,
@@ -21,7 +21,11 @@ from regroup.reconciler.assignors import (
     uniform_quota,
 )
 from regroup.reconciler.model import Assignment, make_assignment
-from regroup.reconciler.target_summary import TargetSummaryKeeper
+from regroup.reconciler.records import TargetAssignmentEpochRecord
+from regroup.reconciler.target_assignment import install_computed_target, pending_assignment, pending_target
+from regroup.reconciler.target_summary import ComputedSummary, TargetSummaryKeeper
+from regroup.server.memstore import _as_stored
+from tests.support.engine import EngineHarness, beat, join
 
 UNIFORM = UniformAssignor()
 
@@ -110,7 +114,7 @@ def test_a_computation_given_the_summary_computes_what_reading_the_targets_does(
         return
     assert first.summary is not None
     keeper = TargetSummaryKeeper()
-    keeper.computed(list(first.member_ids), first.summary, "topics", ())
+    keeper.computed(ComputedSummary(list(first.member_ids), first.summary, "topics"))
     members = {
         m: dataclasses.replace(
             s, current=first[m], capacity=data.draw(st.integers(1, 4)) if s.capacity != 1 else 1
@@ -168,17 +172,132 @@ def test_the_summary_stands_for_reading_the_targets(monkeypatch: pytest.MonkeyPa
 def test_the_keeper_vouches_only_for_what_the_last_computation_gave() -> None:
     keeper = TargetSummaryKeeper()
     assert keeper.summary(["a"], 1) is None  # nothing computed yet
-    keeper.computed(["a", "b"], TargetSummary([3, 2], [1, 2]), 1, ())
+    computed = ComputedSummary(["a", "b"], TargetSummary([3, 2], [1, 2]), 1)
+    keeper.computed(computed)
+    assert keeper.summary(["a", "b"], 1) is computed.summary  # the same members: as computed
     assert keeper.summary(["a", "b", "c"], 1) == TargetSummary(
         [3, 2, 0], [1, 2, 0]
     )  # c joined: holds nothing
     assert keeper.summary(["a", "b"], 2) is None  # other topics
+    copy = keeper.copy()
     keeper.changed("c", {})  # a member sent again with no target: still vouched for
     keeper.removed("b")
     assert keeper.summary(["a", "c"], 1) == TargetSummary([3, 0], [1, 0])
+    assert keeper.summary(["a", "b"], 1) == TargetSummary([3, 0], [1, 0])  # b emptied
+    assert copy.summary(["a", "b"], 1) == TargetSummary([3, 2], [1, 2])  # the copy was not told
     keeper.changed("a", {"T": frozenset({0})})  # a target from elsewhere
     assert keeper.summary(["a", "c"], 1) is None
-    keeper.computed(["a", "c"], None, 1, ["a"])  # a computation that gave no summary
+    assert copy.summary(["a", "b"], 1) is not None
+    keeper.changed("a", {})  # emptied again: vouched for (it holds nothing)
+    assert keeper.summary(["a", "c"], 1) == TargetSummary([0, 0], [0, 0])
+    keeper.computed(None)  # a computation that gave no summary
     assert keeper.summary(["a", "c"], 1) is None
-    keeper.computed(["a", "c"], TargetSummary([1, 1]), 3, ["a", "c"])
+    keeper.computed(ComputedSummary(["a", "c"], TargetSummary([1, 1]), 3))
     assert keeper.summary(["a", "c"], 3) == TargetSummary([1, 1], None)
+    keeper.forget()
+    assert keeper.summary(["a", "c"], 3) is None
+
+
+# -- the group's own keeper (targets computed inline) -------------------------------
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many members each read of the current targets covered."""
+    counted: list[int] = []
+    read = uniform_quota._valid_currents
+    monkeypatch.setattr(
+        uniform_quota, "_valid_currents", lambda ids, *a: counted.append(len(ids)) or read(ids, *a)
+    )
+    return counted
+
+
+def _racked_harness(interval_ms: int = 0) -> EngineHarness:
+    h = EngineHarness(config=GroupConfig(assignment_interval_ms=interval_ms))
+    for name, count in (("t0", 12), ("t1", 7)):
+        h.image = h.image.with_topic(
+            Topic(f"{name}-id", name, count, tuple("abc"[p % 3] for p in range(count)))
+        )
+    return h
+
+
+def _join(h: EngineHarness, member: str, rack: str) -> None:
+    h.heartbeat(join("g", member, ["t0", "t1"], rack_id=rack))
+
+
+def test_joins_over_targets_computed_in_heartbeats_read_no_target(reads: list[int]) -> None:
+    h = _racked_harness()
+    for i, rack in enumerate("abcab"):
+        _join(h, f"m{i}", rack)
+    # The first computation had no targets to read; each join after it was given
+    # the summary of the one before.
+    assert reads == []
+    assert h.groups["g"].target_summary.summary(sorted(h.groups["g"].members), None) is None  # other topics
+    h.heartbeat(beat("g", "m1", -1))
+    _join(h, "m5", "c")  # the leave's partitions are held by nobody: read
+    assert reads == [5]
+
+
+def test_joins_over_targets_computed_by_the_timer_read_no_target(reads: list[int]) -> None:
+    h = _racked_harness(interval_ms=5_000)
+    _join(h, "m0", "a")
+    for i, rack in enumerate("bca", start=1):
+        _join(h, f"m{i}", rack)  # not due: the timer computes
+        h.advance(5_000)
+    assert h.timer_computations and reads == []
+
+
+def test_what_changes_a_target_from_elsewhere_is_read_again(reads: list[int]) -> None:
+    """A rack move or new topic metadata between computations (the timer's),
+    and a target installed from a computation made elsewhere."""
+    h = _racked_harness(interval_ms=5_000)
+    for i, rack in enumerate("abc"):
+        _join(h, f"m{i}", rack)
+        h.advance(5_000)
+    assert reads == []
+    group = h.groups["g"]
+    h.heartbeat(beat("g", "m0", group.members["m0"].member_epoch, group.members["m0"].assigned, rack_id="c"))
+    h.advance(5_000)
+    assert reads == [3]  # m0 counts differently now
+    h.image = h.image.with_topic(Topic("t1-id", "t1", 7, tuple("cba"[p % 3] for p in range(7))))
+    h.refresh_all()
+    h.advance(5_000)
+    assert reads == [3, 3]  # the same topics, other racks
+    _join(h, "m3", "a")
+    h.advance(5_000)
+    assert reads == [3, 3]
+    # A target computed in the worker (its records carry no summary) or by a
+    # client: the group's keeper vouches for nothing until it computes again.
+    group = h.groups["g"]
+    records = pending_assignment(group, h.ctx())
+    assert records is None
+    _join(h, "m4", "b")
+    pending = pending_target(h.groups["g"], h.ctx())
+    assert pending is not None
+    group = h.groups["g"]
+    computed = pending.with_members(group.members, group.target, group.member_ids_in_order())
+    h.apply("g", install_computed_target(group, computed.compute(h.config), h.ctx()))
+    assert h.groups["g"].target_summary.summary(list(computed.spec.members), None) is None
+    _join(h, "m5", "c")
+    h.advance(5_000)
+    assert reads[-1] == 6
+
+
+def test_a_group_loaded_from_its_stored_records_reads_its_targets_once(reads: list[int]) -> None:
+    """The summary is soft state: the stored epoch record has none."""
+    h = _racked_harness()
+    log: list[Record] = []
+    for i, rack in enumerate("abc"):
+        _join(h, f"m{i}", rack)
+        log.extend(h.last_records)
+    epoch_records = [r for r in log if isinstance(r, TargetAssignmentEpochRecord)]
+    assert all(r.summary is not None for r in epoch_records)
+    stored = [_as_stored(r) for r in log]
+    assert epoch_records[0] == dataclasses.replace(epoch_records[0], summary=None)  # not compared
+    assert not any(isinstance(r, TargetAssignmentEpochRecord) and r.summary for r in stored)
+    loaded = replay_all(None, "g", stored)
+    assert loaded is not None
+    h.groups["g"] = loaded
+    _join(h, "m3", "a")
+    _join(h, "m4", "b")
+    assert reads == [4]
