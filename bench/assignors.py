@@ -258,6 +258,7 @@ def variant_specs(variant: str, num_members: int, partitions: int, num_topics: i
         # a target computed inline, the worker's copy for a big group's.
         keeper = TargetSummaryKeeper()
         keeper.computed(ComputedSummary(result.member_ids, result.summary, "topics"))
+        keeper.joined(newcomer)  # as replaying its join tells the group's keeper
         summary = keeper.summary(list(incremental.members), "topics")
         incremental = replace(incremental, current_summary=summary)
     return {"full": full, "incremental": incremental}

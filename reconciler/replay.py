@@ -128,6 +128,7 @@ def _replay_member_metadata(group: Group, record: MemberMetadataRecord) -> None:
             )
     else:
         group._index_member_id(record.member_id, +1)
+        group.target_summary.joined(record.member_id)
         group._index_state(new, +1)
     group._index_metadata(new, +1)
     group.members[record.member_id] = new

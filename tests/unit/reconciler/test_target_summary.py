@@ -301,3 +301,46 @@ def test_a_group_loaded_from_its_stored_records_reads_its_targets_once(reads: li
     _join(h, "m3", "a")
     _join(h, "m4", "b")
     assert reads == [4]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    computed_ids=st.lists(st.sampled_from([f"m{i:02}" for i in range(30)]), unique=True, max_size=20),
+)
+def test_a_summary_spliced_for_the_members_told_of_equals_one_looked_up(
+    data: st.DataObject, computed_ids: list[str]
+) -> None:
+    """Joins, leaves and emptied targets the keeper was told of, and members
+    in or out it was not told of (or in another order): the summary is the
+    computation's entry for every member it still vouches for, 0 for the rest."""
+    computed_ids.sort()
+    sizes = [data.draw(st.integers(0, 5)) for _ in computed_ids]
+    local = [data.draw(st.integers(0, s)) for s in sizes]
+    keeper = TargetSummaryKeeper()
+    keeper.computed(ComputedSummary(list(computed_ids), TargetSummary(sizes, local), "k"))
+    members = set(computed_ids)
+    emptied: set[str] = set()
+    for member_id in data.draw(st.lists(st.sampled_from([f"m{i:02}" for i in range(30)]), max_size=6)):
+        action = data.draw(st.sampled_from(["join", "leave", "empty", "untold"]))
+        if action == "join" and member_id not in members:
+            members.add(member_id)
+            keeper.joined(member_id)
+            emptied.add(member_id)
+        elif action == "leave" and member_id in members:
+            members.discard(member_id)
+            keeper.removed(member_id)
+            emptied.add(member_id)
+        elif action == "empty" and member_id in members:
+            keeper.changed(member_id, {})
+            emptied.add(member_id)
+        elif action == "untold" and member_id in members and member_id not in emptied:
+            members.discard(member_id)  # withheld (draining): not told, still vouched for
+    order = sorted(members)
+    if data.draw(st.booleans()):
+        order.reverse()
+    by_id = {m: (s, c) for m, s, c in zip(computed_ids, sizes, local, strict=True) if m not in emptied}
+    expected = TargetSummary(
+        [by_id.get(m, (0, 0))[0] for m in order], [by_id.get(m, (0, 0))[1] for m in order]
+    )
+    assert keeper.summary(order, "k") == expected
