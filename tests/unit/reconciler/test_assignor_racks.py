@@ -30,7 +30,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from regroup.reconciler import Topic
-from regroup.reconciler.assignors import GroupSpec, MemberSpec, RangeAssignor, UniformAssignor
+from regroup.reconciler.assignors import GroupSpec, MemberSpec, RangeAssignor, UniformAssignor, uniform_quota
 from regroup.reconciler.assignors.uniform import _fresh
 from regroup.reconciler.assignors.uniform_quota import assign_by_quota
 from regroup.reconciler.model import Assignment, make_assignment
@@ -500,3 +500,31 @@ def test_rack_locality_has_no_best_for_range_classes_with_different_layouts() ->
     assert report.local_partitions == 2  # each unit is local for one topic of two, whoever gets it
     assert report.best_achievable is None
     assert rack_locality(spec, result, "some-client-assignor").best_achievable is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    held=st.dictionaries(
+        st.sampled_from([f"t{i:02}" for i in range(20)]),
+        st.frozensets(st.integers(0, 12), min_size=1, max_size=6),
+        max_size=20,
+    ),
+    empty=st.booleans(),
+    cut=st.integers(-2, 12),
+    from_end=st.booleans(),
+)
+def test_first_in_order_keeps_the_first_k_partitions_in_the_global_order(
+    held: dict[str, frozenset[int]], empty: bool, cut: int, from_end: bool
+) -> None:
+    """Whichever way it finds them (a cut near the end of many topics, or a
+    bisection), the first k (topic, partition) pairs in order, empty topics out."""
+    if empty:
+        held["t99"] = frozenset()
+    k = sum(map(len, held.values())) - cut if from_end else cut * 10
+    pairs = sorted((t, p) for t, ps in held.items() for p in ps)[: max(k, 0)]
+    expected: dict[str, set[int]] = {}
+    for t, p in pairs:
+        expected.setdefault(t, set()).add(p)
+    kept = uniform_quota.first_in_order(held, k)
+    assert kept == {t: frozenset(ps) for t, ps in expected.items()}
+    assert all(type(ps) is frozenset for ps in kept.values())
