@@ -53,7 +53,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import accumulate, chain, compress, groupby, islice, pairwise, repeat, starmap
-from operator import add, and_, gt, is_not, ne, not_, sub
+from operator import add, and_, eq, gt, is_not, ne, not_, sub
 from typing import cast
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
@@ -144,7 +144,9 @@ def assign_by_quota(
     locals_after: list[int] | None = None
     if member_racks is not None:
         build.keep_local(member_racks, local_of, local_counts)
-        build.fill_local(member_racks, local_of, ordered_of, layouts, groups)
+        build.fill_local(
+            member_racks, local_of, ordered_of, layouts, groups, _Held(rack_counts, local_counts)
+        )
         # What each member holds of its rack is final here: A kept local
         # partitions and B handed them out (each member's quota less its room);
         # C keeps only partitions of other racks, and D finds none of a rack
@@ -459,6 +461,44 @@ def _all_but_last(
     return (out, left_out) if drop <= 0 else None
 
 
+#: Topics from which counting a rack's partitions held elsewhere by a pass
+#: over the members is cheaper than walking the topics to find them.
+_MANY_TOPICS = 64
+
+
+class _Held:
+    """How many partitions of each rack members hold as their own rack's
+    (their local counts before A), so that B knows how many members of
+    other racks (or none) hold: the rack's partitions less those and the
+    unheld ones. Each partition is held once (the currents are sanitised, or
+    a trusted summary says they hold every partition exactly once)."""
+
+    def __init__(self, rack_counts: Mapping[str, int], local_counts: Sequence[int]) -> None:
+        self.rack_counts = rack_counts
+        self.local_counts = local_counts
+
+    def elsewhere(
+        self,
+        rack: str,
+        member_racks: Sequence[str | None],
+        groups: Mapping[str, list[int]],
+        mine: Mapping[str, frozenset[int]],
+        unheld: Mapping[str, AbstractSet[int]] | None,
+    ) -> int:
+        local_counts = self.local_counts
+        members = groups.get(rack)
+        if members is not None:
+            own = sum(map(local_counts.__getitem__, members))
+        elif len(mine) >= _MANY_TOPICS:
+            # Members not filed by rack: one C pass over them for this rack,
+            # worth it only when walking the topics would cost more.
+            own = sum(compress(local_counts, map(eq, member_racks, repeat(rack))))
+        else:
+            return self.rack_counts[rack]  # no bound: B walks the few topics
+        free = sum(len(partitions & mine[t]) for t, partitions in (unheld or {}).items() if t in mine)
+        return self.rack_counts[rack] - own - free
+
+
 class _OthersByTopic:
     """What members hold of racks other than their own (A's pending parts),
     per topic: the topics in order, and each one's partitions (their union,
@@ -622,11 +662,13 @@ class _Build:
         ordered_of: OrderedIndex,
         layouts: list[tuple[frozenset[str], list[str]]],
         groups: Mapping[str, list[int]],
+        held: _Held,
     ) -> None:
         """B: per rack, its members with room (most first, then by id) take its
         partitions no one kept: unheld or given up ones first (they move
         anyway), then those held by members of other racks. `groups`: the
-        members of each rack, where assign_by_quota filed them."""
+        members of each rack, where assign_by_quota filed them; `held`: what
+        tells how many of a rack's partitions others hold."""
         takers = self._takers_by_rack(member_racks, local_of, groups)
         if not takers:
             return
@@ -681,6 +723,10 @@ class _Build:
             ours = map(mine.get, free_topics, repeat(_NONE))
             pool = _segments_up_to(free_topics, map(and_, ours, map(free.__getitem__, free_topics)), need)
             need -= sum(len(segment) for _, segment, _ in pool)
+            if need > 0:
+                # Only as many as members of other racks hold: often none (then
+                # no topic is looked at), else the walk stops at the last.
+                need = min(need, held.elsewhere(rack, member_racks, groups, mine, self.unheld))
             if need > 0:
                 if others is None:
                     others = _OthersByTopic(self.pending.values())
