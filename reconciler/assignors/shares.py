@@ -79,6 +79,12 @@ def choose_extras(
         return chosen
     # `order` as range(n) (members already in id order): member i is at position i.
     identity = isinstance(order, range) and order == range(len(candidates))
+    if identity and gains and member_racks is not None and 2 * extra >= len(candidates):
+        # Most members get one (a join to a group of one or two partitions
+        # each): find the few that do not, from the end.
+        few = _few_left_out(extra, candidates, counts, floors, member_racks, gains)
+        if few is not None:
+            return few
     if candidates.count(True) == len(candidates):  # a C count: every share fractional
         eligible = order if identity else list(order)
     else:
@@ -161,6 +167,94 @@ def choose_extras(
             chosen[i] = True
         left -= len(rest)
     return chosen
+
+
+#: Members left without the extra one beyond which `_few_left_out` gives up.
+_FEW = 64
+
+
+def _few_left_out(
+    extra: int,
+    candidates: Sequence[bool],
+    counts: Sequence[int],
+    floors: Sequence[int],
+    member_racks: Sequence[str | None],
+    gains: Mapping[str, int],
+) -> list[bool] | None:
+    """`choose_extras` for members in id order, every share fractional, when
+    only a few of them go without: those are the last of the walk's order.
+
+    That order is: the gain picks (each rack's first members up to its gain,
+    sticky ones first), then the sticky members not picked, then the others
+    not picked, each by member id. So the members left out are the last of
+    the non-sticky ones not picked, then the last of the sticky ones not
+    picked. Whether a member is picked follows from where it stands in its
+    rack's part of its pass (counted from the end: C counts per rack), so only
+    the members walked from the end are looked at. None (the general walk
+    decides) when the gain picks alone would exceed `extra` (they are then cut
+    by member id), when more than a few go without, or when finding them
+    would mean walking far."""
+    n = len(candidates)
+    if candidates.count(True) != n:
+        return None
+    left_out = n - extra
+    if left_out > _FEW:
+        return None
+    sticky = list(map(gt, counts, floors))
+    if not any(sticky):
+        return None  # one pass of everyone: the general walk is as cheap
+    non_sticky = list(compress(range(n), map(not_, sticky)))
+    if len(non_sticky) > _FEW:
+        return None
+    racks = [r for r, gain in gains.items() if gain > 0]
+    non_sticky_in: Counter[str | None] = Counter(member_racks[i] for i in non_sticky)
+    # Per rack with gain: picks among the sticky members, then among the
+    # others (members of other racks, or none, are never picked).
+    sticky_in: dict[str | None, int] = {r: member_racks.count(r) - non_sticky_in[r] for r in racks}
+    picks_sticky: dict[str | None, int] = {r: min(gains[r], sticky_in[r]) for r in racks}
+    picks_other: dict[str | None, int] = {r: min(gains[r] - picks_sticky[r], non_sticky_in[r]) for r in racks}
+    if sum(picks_sticky.values()) + sum(picks_other.values()) > extra:
+        return None
+    out: list[int] = []
+    # The non-sticky ones not picked, from the last.
+    seen: Counter[str | None] = Counter()
+    for i in reversed(non_sticky):
+        if len(out) == left_out:
+            break
+        if _unpicked(member_racks[i], non_sticky_in, picks_other, seen):
+            out.append(i)
+    # Then the sticky ones not picked, from the last; within a bounded walk.
+    seen.clear()
+    i = n
+    budget = 4 * _FEW
+    while len(out) < left_out:
+        i -= 1
+        budget -= 1
+        if i < 0 or budget < 0:
+            return None
+        if sticky[i] and _unpicked(member_racks[i], sticky_in, picks_sticky, seen):
+            out.append(i)
+    chosen = [True] * n
+    for i in out:
+        chosen[i] = False
+    return chosen
+
+
+def _unpicked(
+    rack: str | None,
+    members_in: Mapping[str | None, int],
+    picks: Mapping[str | None, int],
+    seen: Counter[str | None],
+) -> bool:
+    """Whether a member of `rack`, walked from the end of its pass, is not among
+    the first `picks[rack]` of the rack's `members_in[rack]` members in it
+    (`seen`: members of each rack walked so far)."""
+    picked = picks.get(rack)
+    if picked is None:
+        return True  # a rack without gain: no one in it is picked
+    position = members_in[rack] - 1 - seen[rack]
+    seen[rack] += 1
+    return position >= picked
 
 
 def _rank(order: Sequence[int], count: int) -> Sequence[int]:

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from regroup.reconciler import Topic
 from regroup.reconciler.assignors import GroupSpec, MemberSpec, RangeAssignor, UniformAssignor, uniform_quota
+from regroup.reconciler.assignors.shares import choose_extras
 from regroup.reconciler.assignors.uniform import _fresh
 from regroup.reconciler.assignors.uniform_quota import assign_by_quota
 from regroup.reconciler.model import Assignment, make_assignment
@@ -528,3 +529,20 @@ def test_first_in_order_keeps_the_first_k_partitions_in_the_global_order(
     kept = uniform_quota.first_in_order(held, k)
     assert kept == {t: frozenset(ps) for t, ps in expected.items()}
     assert all(type(ps) is frozenset for ps in kept.values())
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.data(), n=st.integers(1, 40))
+def test_choosing_extras_when_few_go_without_equals_the_walk(data: st.DataObject, n: int) -> None:
+    """`choose_extras` with members in id order (a range) may find the few
+    members left without the extra one from the end; given the same order as
+    a list it always walks. Both choose the same members."""
+    racks = data.draw(st.lists(st.sampled_from(["a", "b", "c", None]), min_size=n, max_size=n))
+    floors = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    counts = [f + data.draw(st.sampled_from([0, 1, 1, 1, -1])) for f in floors]
+    candidates = [data.draw(st.sampled_from([True] * 9 + [False])) for _ in range(n)]
+    extra = data.draw(st.integers(min(candidates.count(True), n // 2), candidates.count(True)))
+    gains = {r: data.draw(st.integers(0, n)) for r in data.draw(st.sets(st.sampled_from("abc")))}
+    walked = choose_extras(extra, list(range(n)), candidates, counts, floors, racks, gains)
+    assert choose_extras(extra, range(n), candidates, counts, floors, racks, gains) == walked
+    assert sum(walked) == extra and not any(c and not k for c, k in zip(walked, candidates, strict=True))
