@@ -751,13 +751,20 @@ class _Build:
         room = self.room
         order = self.order
         equal = room.count(room[0]) == len(room)  # (small ints: by identity, in C) member order
-        if by_rack and isinstance(order, range) and len(order) == len(room) and min(room) > 0:
+        everyone_has_room = min(room) > 0
+        if by_rack and isinstance(order, range) and len(order) == len(room) and everyone_has_room:
             # Every member has room (nothing held) and members are in id order:
             # the racks' members as grouped for the gains are the takers.
             grouped = by_rack
         else:
-            if min(room) <= 0:
-                order = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
+            if not everyone_has_room:
+                # In id order (a range over every member), room is read in place.
+                rooms = (
+                    room
+                    if isinstance(order, range) and len(order) == len(room)
+                    else map(room.__getitem__, order)
+                )
+                order = list(compress(order, map(gt, rooms, repeat(0))))
             racks_in_order = (
                 member_racks
                 if isinstance(order, range) and len(order) == len(member_racks)  # in id order
