@@ -589,6 +589,8 @@ class _Build:
         self.split: dict[int, Assignment] = {}
         #: With nothing held and racks: the only topics where D may find partitions.
         self.leftovers: set[str] | None = None
+        #: Each member's current partitions of its own rack (A's input, with racks).
+        self.local_counts: Sequence[int] = ()
 
     def _keep_first(self, current: Assignment, k: int) -> dict[str, frozenset[int]]:
         """`first_in_order(current, k)`, the rest given up. A cut by a partition
@@ -621,6 +623,7 @@ class _Build:
         the others wait for C."""
         if not local_counts:
             return  # nothing is held
+        self.local_counts = local_counts
         # Only members with a partition of another rack (or none) or above their
         # quota have anything to do here, found by C passes: the others keep
         # their target as it is (a Python pass over 10,000 members cost 1.4 ms).
@@ -800,7 +803,8 @@ class _Build:
             if self.out[i] is self.split.get(i) and taken_topics.isdisjoint(other):
                 # B neither gave it anything nor took any of its other partitions,
                 # and A cut nothing: with room for them all, it keeps its target.
-                size = _count(other)
+                # (A kept its local partitions whole: the rest is its count less those.)
+                size = self.counts[i] - self.local_counts[i]
                 if size <= self.room[i]:
                     self.out[i] = self.currents[i]
                     self.room[i] -= size
