@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import accumulate, chain, compress, groupby, islice, pairwise, repeat, starmap
 from operator import add, and_, eq, gt, is_not, ne, not_, sub
-from typing import cast
+from typing import Any, cast
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec, TargetSummary
@@ -373,6 +373,8 @@ def _local_index(
 
 
 _NONE: frozenset[int] = frozenset()
+#: A memo's "not computed yet" (None is a value there).
+_UNSEEN: Any = object()
 
 
 def _by_rack(
@@ -872,19 +874,12 @@ class _Build:
             else:
                 candidates = self.topic_ids
             full: dict[int, frozenset[int]] = {}  # per topic size, all its partitions
+            if unheld is None and not self.released:
+                pool = self._left_by_b(candidates, full)
+                candidates = []
             for topic_id in candidates:
                 pieces = self._taken_of(topic_id)
                 released = self.released.get(topic_id)
-                if unheld is None and not released:
-                    # Nothing held: what B did not hand out, in one C call.
-                    size = self.sizes[topic_id]
-                    whole = full.get(size)
-                    if whole is None:
-                        whole = full[size] = frozenset(range(size))
-                    left = whole.difference(*pieces)
-                    if left:
-                        pool.append((topic_id, sorted(left), None))
-                    continue
                 if unheld is None:
                     rest = set(range(self.sizes[topic_id]))
                 else:
@@ -895,6 +890,30 @@ class _Build:
                 if rest:
                     pool.append((topic_id, sorted(rest), None))
         self._hand_out(takers, _Segments.of(pool, len(takers)), None)
+
+    def _left_by_b(self, topic_ids: Sequence[str], full: dict[int, frozenset[int]]) -> Pool:
+        """Nothing held: per topic (in order), what B did not hand out. Keyed
+        by the topic's size and the very pieces B took of it (topics of one
+        rack layout share their per-rack pieces, read for every topic by a C
+        pass per handout), each left is made once and shared, so that D's
+        blocks are cut once for them too."""
+        pool: Pool = []
+        lefts: dict[tuple[int, ...], tuple[tuple[int, ...], frozenset[int]] | None] = {}
+        sizes = self.sizes
+        took = [list(map(given.get, topic_ids)) for given in self.taken]
+        for topic_id, pieces in zip(topic_ids, zip(*took, strict=True) if took else repeat(()), strict=False):
+            size = sizes[topic_id]
+            key = (size, *map(id, pieces))
+            found = lefts.get(key, _UNSEEN)
+            if found is _UNSEEN:
+                whole = full.get(size)
+                if whole is None:
+                    whole = full[size] = frozenset(range(size))
+                left = whole.difference(*(p for p in pieces if p is not None))
+                found = lefts[key] = (tuple(sorted(left)), left) if left else None
+            if found is not None:
+                pool.append((topic_id, found[0], found[1]))
+        return pool
 
     def _hand_out(
         self,
