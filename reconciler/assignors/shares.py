@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from itertools import compress, islice, repeat
-from operator import eq, gt, not_
+from operator import eq, gt, le, not_
 
 
 def shares(total: int, capacities: Sequence[int]) -> tuple[list[int], list[bool], int]:
@@ -200,12 +200,9 @@ def _few_left_out(
     left_out = n - extra
     if left_out > _FEW:
         return None
-    sticky = list(map(gt, counts, floors))
-    if not any(sticky):
-        return None  # one pass of everyone: the general walk is as cheap
-    non_sticky = list(compress(range(n), map(not_, sticky)))
-    if len(non_sticky) > _FEW:
-        return None
+    non_sticky = list(compress(range(n), map(le, counts, floors)))
+    if len(non_sticky) > _FEW or len(non_sticky) == n:
+        return None  # (no one sticky: one pass of everyone, the general walk is as cheap)
     racks = [r for r, gain in gains.items() if gain > 0]
     non_sticky_in: Counter[str | None] = Counter(member_racks[i] for i in non_sticky)
     # Per rack with gain: picks among the sticky members, then among the
@@ -232,7 +229,7 @@ def _few_left_out(
         budget -= 1
         if i < 0 or budget < 0:
             return None
-        if sticky[i] and _unpicked(member_racks[i], sticky_in, picks_sticky, seen):
+        if counts[i] > floors[i] and _unpicked(member_racks[i], sticky_in, picks_sticky, seen):
             out.append(i)
     chosen = [True] * n
     for i in out:
