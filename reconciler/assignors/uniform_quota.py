@@ -873,9 +873,8 @@ class _Build:
                 candidates = sorted(self.leftovers)
             else:
                 candidates = self.topic_ids
-            full: dict[int, frozenset[int]] = {}  # per topic size, all its partitions
             if unheld is None and not self.released:
-                pool = self._left_by_b(candidates, full)
+                pool = self._left_by_b(candidates)
                 candidates = []
             for topic_id in candidates:
                 pieces = self._taken_of(topic_id)
@@ -891,13 +890,14 @@ class _Build:
                     pool.append((topic_id, sorted(rest), None))
         self._hand_out(takers, _Segments.of(pool, len(takers)), None)
 
-    def _left_by_b(self, topic_ids: Sequence[str], full: dict[int, frozenset[int]]) -> Pool:
+    def _left_by_b(self, topic_ids: Sequence[str]) -> Pool:
         """Nothing held: per topic (in order), what B did not hand out. Keyed
         by the topic's size and the very pieces B took of it (topics of one
         rack layout share their per-rack pieces, read for every topic by a C
         pass per handout), each left is made once and shared, so that D's
         blocks are cut once for them too."""
         pool: Pool = []
+        full: dict[int, frozenset[int]] = {}  # per topic size, all its partitions
         lefts: dict[tuple[int, ...], tuple[tuple[int, ...], frozenset[int]] | None] = {}
         sizes = self.sizes
         took = [list(map(given.get, topic_ids)) for given in self.taken]
