@@ -118,8 +118,11 @@ def group_spec(
     # The coordinator states the subscription type (it resolves each distinct subscription once).
     distinct = len(set(subscribed.values()))
     kind = SubscriptionType.HOMOGENEOUS if distinct <= 1 else SubscriptionType.HETEROGENEOUS
-    # And whether any member is weighted, which it knows as it builds each MemberSpec.
-    return GroupSpec(members=members, topics=topics, subscription_type=kind, weighted=False)
+    # And whether any member is weighted, which it knows as it builds each MemberSpec,
+    # and that members come in id order, which they do as it builds them from sorted ids.
+    return GroupSpec(
+        members=members, topics=topics, subscription_type=kind, weighted=False, members_in_id_order=True
+    )
 
 
 def specs(

@@ -132,6 +132,8 @@ def group_spec(
         replicas=replicas,
         # Known here, where every member's spec is built: the assignors need no pass to find out.
         weighted=any(s.capacity != 1 for s in specs.values()),
+        # Built from the group's sorted ids (or sorted here), and the copies keep that order.
+        members_in_id_order=True,
     )
 
 

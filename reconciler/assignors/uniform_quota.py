@@ -127,7 +127,8 @@ def assign_by_quota(
         return GroupAssignment(member_ids, currents, TargetSummary(counts))
 
     # A range when members come in id order (the coordinator's): read in place.
-    order: Sequence[int] = range(len(members)) if in_order(member_ids) else _id_order(member_ids)
+    in_id_order = spec.members_in_id_order or in_order(member_ids)
+    order: Sequence[int] = range(len(members)) if in_id_order else _id_order(member_ids)
     if unheld is None and member_racks is None and isinstance(order, range):
         # Nothing held, no racks, members in id order: the first K candidates
         # get the extra one (choose_extras with nothing to prefer), and each

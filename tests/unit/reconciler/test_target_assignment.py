@@ -158,6 +158,8 @@ def test_group_spec_states_the_subscription_type_and_orders_members_by_id() -> N
 
     assert homogeneous.subscription_type is SubscriptionType.HOMOGENEOUS
     assert list(homogeneous.members) == ["a", "b"]
+    # Stated, so that assignors need not check it (GroupSpec.members_in_id_order).
+    assert homogeneous.members_in_id_order and heterogeneous.members_in_id_order
     assert heterogeneous.subscription_type is SubscriptionType.HETEROGENEOUS
     assert heterogeneous.members["b"].subscribed_topic_ids == frozenset({"t-id"})
 
