@@ -145,9 +145,7 @@ def assign_by_quota(
     locals_after: list[int] | None = None
     if member_racks is not None:
         build.keep_local(member_racks, local_of, local_counts)
-        build.fill_local(
-            member_racks, local_of, ordered_of, layouts, groups, _Held(rack_counts, local_counts)
-        )
+        build.fill_local(member_racks, local_of, ordered_of, layouts, groups, rack_counts)
         # What each member holds of its rack is final here: A kept local
         # partitions and B handed them out (each member's quota less its room);
         # C keeps only partitions of other racks, and D finds none of a rack
@@ -415,10 +413,6 @@ def first_in_order(partitions: Mapping[str, AbstractSet[int]], k: int) -> dict[s
                 if k <= 0:
                     break
         return out
-    if all(partitions.values()):
-        tail = _all_but_last(_frozen(partitions), sum(map(len, partitions.values())) - k)
-        if tail is not None:
-            return tail[0]
     topic_ids = sorted(partitions)
     held = list(map(partitions.__getitem__, topic_ids))
     lengths = list(map(len, held))
@@ -469,39 +463,6 @@ def _all_but_last(
 _MANY_TOPICS = 64
 
 
-class _Held:
-    """How many partitions of each rack members hold as their own rack's
-    (their local counts before A), so that B knows how many members of
-    other racks (or none) hold: the rack's partitions less those and the
-    unheld ones. Each partition is held once (the currents are sanitised, or
-    a trusted summary says they hold every partition exactly once)."""
-
-    def __init__(self, rack_counts: Mapping[str, int], local_counts: Sequence[int]) -> None:
-        self.rack_counts = rack_counts
-        self.local_counts = local_counts
-
-    def elsewhere(
-        self,
-        rack: str,
-        member_racks: Sequence[str | None],
-        groups: Mapping[str, list[int]],
-        mine: Mapping[str, frozenset[int]],
-        unheld: Mapping[str, AbstractSet[int]] | None,
-    ) -> int:
-        local_counts = self.local_counts
-        members = groups.get(rack)
-        if members is not None:
-            own = sum(map(local_counts.__getitem__, members))
-        elif len(mine) >= _MANY_TOPICS:
-            # Members not filed by rack: one C pass over them for this rack,
-            # worth it only when walking the topics would cost more.
-            own = sum(compress(local_counts, map(eq, member_racks, repeat(rack))))
-        else:
-            return self.rack_counts[rack]  # no bound: B walks the few topics
-        free = sum(len(partitions & mine[t]) for t, partitions in (unheld or {}).items() if t in mine)
-        return self.rack_counts[rack] - own - free
-
-
 class _OthersByTopic:
     """What members hold of racks other than their own (A's pending parts),
     per topic: the topics in order, and each one's partitions (their union,
@@ -535,13 +496,6 @@ def _segments_up_to(topic_ids: list[str], found: Iterable[AbstractSet[int]], nee
             if need <= 0:
                 break
     return pool
-
-
-def _frozen(partitions: Mapping[str, AbstractSet[int]]) -> Assignment:
-    """`partitions` with frozensets for values (the very mapping when they are)."""
-    if all(type(p) is frozenset for p in partitions.values()):
-        return cast(Assignment, partitions)
-    return {t: frozenset(p) for t, p in partitions.items()}
 
 
 def _count(assignment: Mapping[str, AbstractSet[int]]) -> int:
@@ -675,13 +629,13 @@ class _Build:
         ordered_of: OrderedIndex,
         layouts: list[tuple[frozenset[str], list[str]]],
         groups: Mapping[str, list[int]],
-        held: _Held,
+        rack_counts: Mapping[str, int],
     ) -> None:
         """B: per rack, its members with room (most first, then by id) take its
         partitions no one kept: unheld or given up ones first (they move
         anyway), then those held by members of other racks. `groups`: the
-        members of each rack, where assign_by_quota filed them; `held`: what
-        tells how many of a rack's partitions others hold."""
+        members of each rack, where assign_by_quota filed them; `rack_counts`:
+        each rack's partitions."""
         takers = self._takers_by_rack(member_racks, local_of, groups)
         if not takers:
             return
@@ -739,7 +693,7 @@ class _Build:
             if need > 0:
                 # Only as many as members of other racks hold: often none (then
                 # no topic is looked at), else the walk stops at the last.
-                need = min(need, held.elsewhere(rack, member_racks, groups, mine, self.unheld))
+                need = min(need, self._held_elsewhere(rack, rack_counts[rack], member_racks, groups, mine))
             if need > 0:
                 if others is None:
                     others = _OthersByTopic(self.pending.values())
@@ -748,6 +702,32 @@ class _Build:
             # The takers take `need` at most: the pool's first segments up to
             # that hand out what all of them would.
             self._hand_out(takers[rack], _Segments.of(pool, len(takers[rack])), self.taken)
+
+    def _held_elsewhere(
+        self,
+        rack: str,
+        partitions: int,
+        member_racks: Sequence[str | None],
+        groups: Mapping[str, list[int]],
+        mine: Mapping[str, frozenset[int]],
+    ) -> int:
+        """How many of the rack's `partitions` members of other racks (or none)
+        hold: less those its members hold as their own (their local counts
+        before A) and the unheld ones, each partition being held once (the
+        currents are sanitised, or a trusted summary says they hold every
+        partition exactly once). At most `partitions` when counting would
+        cost more than B's walk over the few topics."""
+        members = groups.get(rack)
+        if members is not None:
+            own = sum(map(self.local_counts.__getitem__, members))
+        elif len(mine) >= _MANY_TOPICS:
+            # Members not filed by rack: one C pass over them for this rack.
+            own = sum(compress(self.local_counts, map(eq, member_racks, repeat(rack))))
+        else:
+            return partitions
+        unheld = self.unheld or {}
+        free = sum(len(held_now & mine[t]) for t, held_now in unheld.items() if t in mine)
+        return partitions - own - free
 
     def _singles(self) -> list[frozenset[int]]:
         if self.singles is None:
@@ -828,21 +808,13 @@ class _Build:
     def _not_taken(self, other: Assignment, taken_topics: set[str]) -> dict[str, frozenset[int]]:
         """`other` without what B handed out (entries left empty dropped, in
         `other`'s order): only the topics B handed out from are looked at."""
-        if all(other.values()):
-            left: dict[str, frozenset[int]] = dict(other)
-            for topic_id in taken_topics.intersection(other):
-                rest = other[topic_id].difference(*self._taken_of(topic_id))
-                if rest:
-                    left[topic_id] = rest
-                else:
-                    del left[topic_id]
-            return left
-        left = {}
-        for topic_id, partitions in other.items():
-            pieces = self._taken_of(topic_id)
-            rest = partitions.difference(*pieces) if pieces else partitions
+        left = dict(other)
+        for topic_id in taken_topics.intersection(other):
+            rest = other[topic_id].difference(*self._taken_of(topic_id))
             if rest:
                 left[topic_id] = rest
+            else:
+                del left[topic_id]
         return left
 
     def fill_rest(self) -> None:
@@ -866,27 +838,17 @@ class _Build:
             ints = tuple(range(max(self.sizes.values())))
             wholes = {n: (ints[:n], frozenset(ints[:n])) for n in set(self.sizes.values())}
             pool = [(t, *wholes[n]) for t, n in self.sizes.items()]
+        elif self.unheld is None:
+            # Nothing held (so A and C released nothing): what B left.
+            pool = self._left_by_b(self.topic_ids if self.leftovers is None else sorted(self.leftovers))
         else:
             unheld = self.unheld
-            if unheld is not None:
-                candidates = sorted(unheld.keys() | self.released.keys())
-            elif self.leftovers is not None:
-                candidates = sorted(self.leftovers)
-            else:
-                candidates = self.topic_ids
-            if unheld is None and not self.released:
-                pool = self._left_by_b(candidates)
-                candidates = []
-            for topic_id in candidates:
-                pieces = self._taken_of(topic_id)
+            for topic_id in sorted(unheld.keys() | self.released.keys()):
+                rest = set(unheld.get(topic_id, ()))
                 released = self.released.get(topic_id)
-                if unheld is None:
-                    rest = set(range(self.sizes[topic_id]))
-                else:
-                    rest = set(unheld.get(topic_id, ()))
                 if released:
                     rest.update(released)
-                rest.difference_update(*pieces)
+                rest.difference_update(*self._taken_of(topic_id))
                 if rest:
                     pool.append((topic_id, sorted(rest), None))
         self._hand_out(takers, _Segments.of(pool, len(takers)), None)

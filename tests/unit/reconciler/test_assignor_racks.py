@@ -517,18 +517,25 @@ def test_rack_locality_has_no_best_for_range_classes_with_different_layouts() ->
 def test_first_in_order_keeps_the_first_k_partitions_in_the_global_order(
     held: dict[str, frozenset[int]], empty: bool, cut: int, from_end: bool
 ) -> None:
-    """Whichever way it finds them (a cut near the end of many topics, or a
-    bisection), the first k (topic, partition) pairs in order, empty topics out."""
+    """Whichever way it finds them (a bisection, or a cut of the last topic or
+    two for a member cut by a few), the first k (topic, partition) pairs in
+    order, empty topics out; the cut also says what it left out."""
+    total = sum(map(len, held.values()))
+    k = total - cut if from_end else cut * 10
+    pairs = sorted((t, p) for t, ps in held.items() for p in ps)
+    expected: dict[str, set[int]] = {}
+    for t, p in pairs[: max(k, 0)]:
+        expected.setdefault(t, set()).add(p)
+    tail = uniform_quota._all_but_last(held, total - k) if k > 0 else None
     if empty:
         held["t99"] = frozenset()
-    k = sum(map(len, held.values())) - cut if from_end else cut * 10
-    pairs = sorted((t, p) for t, ps in held.items() for p in ps)[: max(k, 0)]
-    expected: dict[str, set[int]] = {}
-    for t, p in pairs:
-        expected.setdefault(t, set()).add(p)
     kept = uniform_quota.first_in_order(held, k)
     assert kept == {t: frozenset(ps) for t, ps in expected.items()}
     assert all(type(ps) is frozenset for ps in kept.values())
+    if tail is not None:
+        cut_kept, left_out = tail
+        assert cut_kept == kept
+        assert sorted((t, p) for t, ps in left_out for p in ps) == pairs[k:]
 
 
 @settings(max_examples=500, deadline=None)
