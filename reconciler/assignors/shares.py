@@ -79,13 +79,20 @@ def choose_extras(
         return chosen
     # `order` as range(n) (members already in id order): member i is at position i.
     identity = isinstance(order, range) and order == range(len(candidates))
-    if identity and gains and member_racks is not None and 2 * extra >= len(candidates):
+    every_share_fractional = candidates.count(True) == len(candidates)  # a C count
+    if (
+        identity
+        and every_share_fractional
+        and gains
+        and member_racks is not None
+        and 2 * extra >= len(candidates)
+    ):
         # Most members get one (a join to a group of one or two partitions
         # each): find the few that do not, from the end.
-        few = _few_left_out(extra, candidates, counts, floors, member_racks, gains)
+        few = _few_left_out(extra, counts, floors, member_racks, gains)
         if few is not None:
             return few
-    if candidates.count(True) == len(candidates):  # a C count: every share fractional
+    if every_share_fractional:
         eligible = order if identity else list(order)
     else:
         eligible = list(compress(order, map(candidates.__getitem__, order)))
@@ -175,7 +182,6 @@ _FEW = 64
 
 def _few_left_out(
     extra: int,
-    candidates: Sequence[bool],
     counts: Sequence[int],
     floors: Sequence[int],
     member_racks: Sequence[str | None],
@@ -194,9 +200,7 @@ def _few_left_out(
     decides) when the gain picks alone would exceed `extra` (they are then cut
     by member id), when more than a few go without, or when finding them
     would mean walking far."""
-    n = len(candidates)
-    if candidates.count(True) != n:
-        return None
+    n = len(counts)
     left_out = n - extra
     if left_out > _FEW:
         return None
