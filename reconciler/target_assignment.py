@@ -8,7 +8,7 @@ recorded (Kafka's TargetAssignmentBuilder).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress, repeat
 from operator import attrgetter, is_, is_not
@@ -260,35 +260,31 @@ class PendingAssignment:
         records, _ = assign_target(self.spec, self.assignor, config, self.group_epoch, self.now_ms)
         return records
 
-    def with_summary(self, summary: TargetSummary | None) -> PendingAssignment:
-        """The same computation, told the summary of the current targets
-        (`GroupSpec.current_summary`, aligned with `spec.members`)."""
-        if summary is None:
-            return self
-        return replace(self, spec=replace(self.spec, current_summary=summary))
+    def compute_told(
+        self, config: GroupConfig, keeper: TargetSummaryKeeper | None, topics_key: Hashable
+    ) -> tuple[list[Record], ComputedSummary | None]:
+        """`compute`, told the summary of the current targets that `keeper`
+        (whoever keeps them: target_summary.py) vouches for over the topics
+        `topics_key` names, if any; and what the assignor says of the new
+        targets, for the keeper (None when it says nothing)."""
+        member_ids = list(self.spec.members)
+        spec = self.spec
+        told = None if keeper is None else keeper.summary(member_ids, topics_key)
+        if told is not None:
+            spec = replace(spec, current_summary=told)
+        records, _, summary = assign_summarised(spec, self.assignor, config, self.group_epoch, self.now_ms)
+        return records, None if summary is None else ComputedSummary(member_ids, summary, topics_key)
 
     def compute_kept(self, config: GroupConfig, keeper: TargetSummaryKeeper | None) -> list[Record]:
-        """`compute`, for a computation made where its records are replayed at
-        once (inline): told the summary the group's `keeper` vouches for, if
-        any, and handing the new one to the keeper with the epoch record."""
-        member_ids = list(self.spec.members)
-        topics_key = tuple(self.spec.topics.values())
-        computation = self
-        if keeper is not None:
-            computation = self.with_summary(keeper.summary(member_ids, topics_key))
-        records, summary = computation.compute_summarised(config)
-        if summary is not None:
+        """`compute_told` for a computation made where its records are replayed
+        at once (inline), whose group keeps the summary: the new one goes to the
+        group's keeper with the epoch record. The topics are named by their
+        very (immutable) objects."""
+        records, computed = self.compute_told(config, keeper, tuple(self.spec.topics.values()))
+        if computed is not None:
             epoch_record = cast(TargetAssignmentEpochRecord, records[-1])
-            records[-1] = replace(epoch_record, summary=ComputedSummary(member_ids, summary, topics_key))
+            records[-1] = replace(epoch_record, summary=computed)
         return records
-
-    def compute_summarised(self, config: GroupConfig) -> tuple[list[Record], TargetSummary | None]:
-        """`compute`, and the summary of the spec members' new targets (when
-        the assignor gave one), for whoever keeps them (target_summary.py)."""
-        records, _, summary = assign_summarised(
-            self.spec, self.assignor, config, self.group_epoch, self.now_ms
-        )
-        return records, summary
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from regroup.reconciler.records import (
     TargetAssignmentMemberTombstone,
 )
 from regroup.reconciler.target_assignment import PendingTarget
-from regroup.reconciler.target_summary import ComputedSummary, TargetSummaryKeeper
+from regroup.reconciler.target_summary import TargetSummaryKeeper
 
 #: The worker's niceness: computing a target is batch work, and on a busy machine it
 #: should wait for the heartbeats (of this process and its database), not delay them.
@@ -165,9 +165,8 @@ def _compute(request: _Request) -> list[Record] | None:
         return None
     pending = PendingTarget(request.group_epoch, request.now_ms, request.assignor, request.topics)
     computation = pending.with_members(members, targets, sorted(members))
-    member_ids = list(computation.spec.members)
-    computation = computation.with_summary(summaries.summary(member_ids, request.topics_key))
-    records, summary = computation.compute_summarised(_config)
+    # Topics come unpickled anew each time: the coordinator's key names them.
+    records, computed = computation.compute_told(_config, summaries, request.topics_key)
     # The copy takes the new targets now: the coordinator installs them as they
     # are (and then does not send them back), or sends the members again.
     for record in records:
@@ -176,7 +175,7 @@ def _compute(request: _Request) -> list[Record] | None:
                 targets[record.member_id] = record.partitions
             else:
                 targets.pop(record.member_id, None)
-    summaries.computed(None if summary is None else ComputedSummary(member_ids, summary, request.topics_key))
+    summaries.computed(computed)
     copy.token = request.token
     _copies[request.group_id] = copy
     return records
