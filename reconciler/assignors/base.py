@@ -69,11 +69,12 @@ class GroupSpec:
     #: The members' current targets summarised, aligned with `members` (in its
     #: order), or None. Given only by a caller that keeps the targets of one
     #: computation over these same topics (the group itself, or the worker's
-    #: copy of a big group: reconciler/target_summary.py): every member's current target is the one that
-    #: computation returned with this summary (a member that joined since has
-    #: none, size 0), so the targets are disjoint and within their topics, and
-    #: the local counts were counted against these topics' racks and the
-    #: members' racks. An assignor may trust it instead of reading the targets.
+    #: copy of a big group: reconciler/target_summary.py): every member's
+    #: current target is the one that computation returned with this summary
+    #: (a member that joined since has none, size 0), so the targets are
+    #: disjoint and within their topics, and the local counts were counted
+    #: against these topics' racks and the members' racks. An assignor may
+    #: trust it instead of reading the targets.
     current_summary: TargetSummary | None = None
     #: True when `members` come in member id order, as the coordinator builds
     #: them (`group_spec`, from the group's sorted ids): assignors that hand
