@@ -553,3 +553,16 @@ def test_choosing_extras_when_few_go_without_equals_the_walk(data: st.DataObject
     walked = choose_extras(extra, list(range(n)), candidates, counts, floors, racks, gains)
     assert choose_extras(extra, range(n), candidates, counts, floors, racks, gains) == walked
     assert sum(walked) == extra and not any(c and not k for c, k in zip(walked, candidates, strict=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rooms=st.lists(st.sampled_from([0, 0, 1, 2, 2, 3, 5]) | st.integers(0, 40), max_size=30), data=st.data())
+def test_a_racks_takers_are_its_members_with_room_most_first_then_in_member_order(
+    rooms: list[int], data: st.DataObject
+) -> None:
+    """B's takers of a rack, found from the rack's members as filed for the
+    gains: those with room, most room first, member order among equals (a
+    stable sort), whether rooms take few values or many."""
+    members = sorted(data.draw(st.sets(st.integers(0, max(len(rooms) - 1, 0)))) if rooms else [])
+    expected = sorted((i for i in members if rooms[i] > 0), key=lambda i: -rooms[i])
+    assert uniform_quota._with_room(members, rooms) == expected
