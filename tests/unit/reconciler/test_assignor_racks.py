@@ -556,7 +556,10 @@ def test_choosing_extras_when_few_go_without_equals_the_walk(data: st.DataObject
 
 
 @settings(max_examples=300, deadline=None)
-@given(rooms=st.lists(st.sampled_from([0, 0, 1, 2, 2, 3, 5]) | st.integers(0, 40), max_size=30), data=st.data())
+@given(
+    rooms=st.lists(st.sampled_from([0, 0, 1, 2, 2, 3, 5]) | st.integers(0, 40), max_size=30),
+    data=st.data(),
+)
 def test_a_racks_takers_are_its_members_with_room_most_first_then_in_member_order(
     rooms: list[int], data: st.DataObject
 ) -> None:
