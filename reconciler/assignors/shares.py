@@ -64,10 +64,12 @@ def choose_extras(
     floors: Sequence[int],
     member_racks: Sequence[str | None] | None,
     gains: Mapping[str, int],
+    filed: Mapping[str, Sequence[int]] | None = None,
 ) -> list[bool]:
     """Which members get floor + 1 (exactly `extra` of the candidates).
     `order`: member indices in member id order; `counts`: partitions each
-    holds now; `gains`: per rack, how many extras add a local pair.
+    holds now; `gains`: per rack, how many extras add a local pair;
+    `filed`: each rack's members in order, where the caller filed them.
 
     The same as walking the candidates in order, sticky ones (count above the
     floor) first, giving each one the extra while its rack has gain left, then
@@ -124,7 +126,16 @@ def choose_extras(
                 else list(map(member_racks.__getitem__, members))
             )
             picks: list[int] = []
-            if 2 * sum(gain for gain in gain_left.values() if gain > 0) >= len(members):
+            if filed is not None and members is order and identity:
+                # Every member, in order, each eligible: a rack's first g_r
+                # members are its picks, read from the caller's filing. The
+                # others are found by the last walk's C pass over `chosen`.
+                for rack_id, gain in gain_left.items():
+                    if gain > 0:
+                        found = list(filed.get(rack_id, ())[:gain])
+                        picks += found
+                        gain_left[rack_id] -= len(found)
+            elif 2 * sum(gain for gain in gain_left.values() if gain > 0) >= len(members):
                 # Gains cover most members: one C pass puts each member in its
                 # rack's list (a list thrown away for racks without gain).
                 groups: dict[str | None, list[int]] = {

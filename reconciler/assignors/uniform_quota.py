@@ -137,7 +137,7 @@ def assign_by_quota(
         quotas = _first_extras(floors, candidates, extra)
         return GroupAssignment(member_ids, _fresh_blocks(topic_ids, sizes, quotas), TargetSummary(quotas))
     if extra:
-        chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains)
+        chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains, groups or None)
         quotas = list(map(add, floors, chosen))
     else:
         quotas = floors  # every share whole: nobody gets one more

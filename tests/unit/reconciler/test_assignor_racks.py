@@ -569,3 +569,20 @@ def test_a_racks_takers_are_its_members_with_room_most_first_then_in_member_orde
     members = sorted(data.draw(st.sets(st.integers(0, max(len(rooms) - 1, 0)))) if rooms else [])
     expected = sorted((i for i in members if rooms[i] > 0), key=lambda i: -rooms[i])
     assert uniform_quota._with_room(members, rooms) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), n=st.integers(1, 40))
+def test_choosing_extras_from_the_callers_filing_by_rack_equals_the_walk(data: st.DataObject, n: int) -> None:
+    """Given each rack's members as the caller filed them (members in id
+    order, the coordinator's), `choose_extras` reads a rack's first members
+    from there; it chooses what the walk over a list of the members chooses."""
+    racks = data.draw(st.lists(st.sampled_from(["a", "b", "c", None]), min_size=n, max_size=n))
+    floors = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    counts = [f + data.draw(st.sampled_from([0, 0, 1, -1])) for f in floors]
+    candidates = [data.draw(st.sampled_from([True] * 4 + [False])) for _ in range(n)]
+    extra = data.draw(st.integers(0, candidates.count(True)))
+    gains = {r: data.draw(st.integers(0, n)) for r in data.draw(st.sets(st.sampled_from("abc")))}
+    groups = {r: [i for i in range(n) if racks[i] == r] for r in "abc" if r in racks}
+    walked = choose_extras(extra, list(range(n)), candidates, counts, floors, racks, gains)
+    assert choose_extras(extra, range(n), candidates, counts, floors, racks, gains, groups) == walked
