@@ -579,8 +579,11 @@ def test_choosing_extras_from_the_callers_filing_by_rack_equals_the_walk(data: s
     from there; it chooses what the walk over a list of the members chooses."""
     racks = data.draw(st.lists(st.sampled_from(["a", "b", "c", None]), min_size=n, max_size=n))
     floors = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
-    counts = [f + data.draw(st.sampled_from([0, 0, 1, -1])) for f in floors]
-    candidates = [data.draw(st.sampled_from([True] * 4 + [False])) for _ in range(n)]
+    # Mostly nothing held and every share fractional: the case the filing serves.
+    held = data.draw(st.sampled_from([False, False, True]))
+    counts = [f + data.draw(st.sampled_from([0, 0, 1, -1])) if held else 0 for f in floors]
+    every_share_fractional = data.draw(st.sampled_from([True, True, False]))
+    candidates = [every_share_fractional or data.draw(st.booleans()) for _ in range(n)]
     extra = data.draw(st.integers(0, candidates.count(True)))
     gains = {r: data.draw(st.integers(0, n)) for r in data.draw(st.sets(st.sampled_from("abc")))}
     groups = {r: [i for i in range(n) if racks[i] == r] for r in "abc" if r in racks}
