@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from itertools import groupby
+from itertools import groupby, repeat
 from math import lcm
+from operator import add
 
 from ..model import EMPTY_ASSIGNMENT, Assignment
 
@@ -102,15 +103,7 @@ def cut_runs(
                 repeats = min(room // span, count // (span * n // size))
                 if repeats:
                     pattern = period(segment, pos, size, span)
-                    out += [
-                        {topic_ids[base + first]: pieces[0]}
-                        if len(pieces) == 1
-                        else dict(
-                            zip(topic_ids[base + first : base + first + len(pieces)], pieces, strict=True)
-                        )
-                        for base in range(j, j + repeats * span, span)
-                        for first, pieces in pattern
-                    ]
+                    out += _repeated(topic_ids, j, span, repeats, pattern)
                     j += repeats * span
                     count -= repeats * len(pattern)
                     handed += repeats * span * n
@@ -142,3 +135,31 @@ def cut_runs(
             out.append(assignment)
             count -= 1
     return out, handed
+
+
+def _repeated(
+    topic_ids: Sequence[str],
+    j: int,
+    span: int,
+    repeats: int,
+    pattern: list[tuple[int, tuple[frozenset[int], ...]]],
+) -> list[Assignment]:
+    """The blocks of `pattern` (each: the copy it starts in, and its pieces)
+    over `repeats` periods of `span` segments from segment j, in order. Built
+    one pattern block at a time over every period, by C passes (the topics of
+    the k-th block of every period are a slice with a stride, or slices made
+    by `map`), and interleaved by slice assignment: a third less than a
+    comprehension that computes each block's slice in Python."""
+    out: list[Assignment] = [EMPTY_ASSIGNMENT] * (repeats * len(pattern))
+    for k, (first, pieces) in enumerate(pattern):
+        # (`first` may be `span`: a period that starts inside a segment ends
+        # with a block starting in the next period's first segment.)
+        stop = j + first + repeats * span
+        if len(pieces) == 1:
+            piece = pieces[0]
+            out[k :: len(pattern)] = [{topic_id: piece} for topic_id in topic_ids[j + first : stop : span]]
+        else:
+            starts = range(j + first, stop, span)
+            spans = map(topic_ids.__getitem__, map(slice, starts, map(add, starts, repeat(len(pieces)))))
+            out[k :: len(pattern)] = list(map(dict, map(zip, spans, repeat(pieces))))
+    return out

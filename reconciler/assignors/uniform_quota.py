@@ -679,7 +679,7 @@ class _Build:
                     unique=True,
                 )
                 most = self.room[takers[rack][0]]  # takers come most room first
-                if 1 < most < min(map(len, segments.segments)):
+                if 1 < most < 8 * min(map(len, segments.segments)):
                     # Blocks shorter than the rack's part of a topic: by runs
                     # (blocks.py), pieces shared between topics of one layout.
                     whole = self._hand_out_runs(takers[rack], segments)
