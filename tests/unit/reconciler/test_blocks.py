@@ -35,7 +35,9 @@ def _plain(
 
 @settings(max_examples=400, deadline=None)
 @given(
-    shapes=st.lists(st.sampled_from([(0, 3, 6, 9), (1, 4, 7), (2, 5), (0,), (0, 1, 2, 3, 4, 5, 6)]), max_size=4),
+    shapes=st.lists(
+        st.sampled_from([(0, 3, 6, 9), (1, 4, 7), (2, 5), (0,), (0, 1, 2, 3, 4, 5, 6)]), max_size=4
+    ),
     copies=st.lists(st.integers(1, 30), min_size=1, max_size=4),
     runs=st.lists(st.tuples(st.integers(0, 25), st.integers(0, 60)), min_size=1, max_size=4),
 )
