@@ -50,9 +50,12 @@ import gc
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
+from itertools import compress
+from operator import add
 from typing import Any
 
 from bench.report import figure, machine, table
@@ -342,6 +345,71 @@ def bench_target_assignment(
     return out
 
 
+def skeleton(spec: GroupSpec) -> list[Assignment]:
+    """A lower bound for a fresh rack-aware weighted target (information,
+    issue 24): only the steps every implementation of uniform_quota's rules
+    takes for every member, each in its fastest form, and nothing else.
+
+    It reads each member's id, rack and capacity, looks its floor up per
+    capacity, files the members by rack, marks the members that get one
+    partition more (a store each; here the first ones of each rack, where the
+    rules also weigh the racks' gains), orders each rack's members by quota,
+    most first (the rules' order of handing out), and gives each member with
+    a quota a dict holding one shared frozenset, in member order. It leaves
+    out the gains, the rules' choice of extras, the partitions themselves (a
+    real target needs a frozenset of its own wherever partitions differ),
+    the last handout and the summary: no implementation of the rules does
+    less, so none is faster in this interpreter with targets as dicts."""
+    member_ids = list(spec.members)
+    members = list(spec.members.values())
+    racks = [m.rack_id for m in members]
+    capacities = [m.capacity for m in members]
+    total = sum(t.num_partitions for t in spec.topics.values())
+    weight = sum(capacities)
+    floor_of = {c: total * c // weight for c in set(capacities)}
+    floors = list(map(floor_of.__getitem__, capacities))
+    groups: dict[str | None, list[int]] = {rack: [] for rack in set(racks)}
+    deque(map(list.append, map(groups.__getitem__, racks), range(len(racks))), maxlen=0)
+    chosen = [False] * len(members)
+    share = (total - sum(floors)) // len(groups)
+    for group in groups.values():
+        for i in group[:share]:
+            chosen[i] = True
+    quotas = list(map(add, floors, chosen))
+    topic_id = next(iter(spec.topics))
+    piece = frozenset((0,))
+    out: list[Assignment] = [EMPTY_ASSIGNMENT] * len(member_ids)
+    for group in groups.values():
+        rooms = list(map(quotas.__getitem__, group))
+        for quota in sorted(set(rooms), reverse=True):
+            if quota:
+                for i in compress(group, map(quota.__eq__, rooms)):
+                    out[i] = {topic_id: piece}
+    return out
+
+
+def bench_skeleton(num_members: int, partitions: int, num_topics: int, runs: int) -> dict[str, Any]:
+    """`skeleton` and the uniform assignor on the fresh uniform+racks+weights
+    spec, both against the baseline."""
+    spec = variant_specs("uniform+racks+weights", num_members, partitions, num_topics)["full"]
+    sizes = [t.num_partitions for t in spec.topics.values()]
+    base = partial(baseline, len(spec.members), sizes)
+    skeleton_ms, baseline_ms = compare(partial(skeleton, spec), base, runs)
+    assignor_ms, assignor_baseline_ms = compare(
+        partial(BUILTIN_ASSIGNORS["uniform"].assign, spec), base, runs
+    )
+    return {
+        "members": num_members,
+        "partitions": partitions,
+        "topics": num_topics,
+        "baseline_ms": round(baseline_ms, 3),
+        "skeleton_ms": round(skeleton_ms, 3),
+        "skeleton_ratio": round(skeleton_ms / baseline_ms, 2),
+        "assignor_ms": round(assignor_ms, 3),
+        "ratio": round(assignor_ms / assignor_baseline_ms, 2),
+    }
+
+
 CLIENT_ASSIGNORS: dict[str, ClientAssignor] = {
     "uniform": ClientUniformAssignor(),
     "range": ClientRangeAssignor(),
@@ -545,6 +613,28 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     for r in rows:
         figure("assignors", kind="client", **r)
+
+    skeleton_points = (
+        [(1_000, 10_000, 10)]
+        if args.quick
+        else [(5_000, 10_000, 10), (10_000, 10_000, 10), (5_000, 10_000, 1_000), (10_000, 10_000, 1_000)]
+    )
+    rows = [bench_skeleton(*point, runs=runs) for point in skeleton_points]
+    _columns(
+        "uniform+racks+weights, full: the least any implementation does (skeleton), and the assignor"
+        " (information)",
+        rows,
+        members="members",
+        partitions="partitions",
+        topics="topics",
+        baseline_ms="baseline ms",
+        skeleton_ms="skeleton ms",
+        skeleton_ratio="skeleton ratio",
+        assignor_ms="assignor ms",
+        ratio="assignor ratio",
+    )
+    for r in rows:
+        figure("assignors", kind="skeleton", **r)
 
     misses = [r for r in grid if r["ratio"] > TARGET_RATIO]
     print(
