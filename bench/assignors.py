@@ -38,7 +38,9 @@ rack p mod 3 of three racks, members spread over them by id),
 `uniform+weights` (capacities 1, 2, 4 by id) and both at once. The
 incremental spec is the variant's own full result plus a newcomer; each row
 also gives the rack locality achieved against the best balance allows
-(`regroup.reconciler.rack_locality`).
+(`regroup.reconciler.rack_locality`). For information, `skeleton` times
+only the per-member steps no implementation of the rack-aware weighted rules
+can skip for a fresh target, a lower bound to read the variants' figures by.
 
     python -m bench.assignors [--quick|--full]
 """
