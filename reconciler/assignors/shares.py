@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from itertools import compress, islice, repeat
 from operator import eq, gt, le, not_
 
+from .indices import indices
+
 
 def shares(total: int, capacities: Sequence[int]) -> tuple[list[int], list[bool], int]:
     """Each member's floor, whether its share is fractional (it may get one
@@ -104,6 +106,7 @@ def choose_extras(
     else:
         if eligible is order and identity:  # every member, in place
             sticky = list(map(gt, counts, floors))
+            eligible = indices(len(candidates))  # the same members, as shared ints
         else:
             sticky = list(map(gt, map(counts.__getitem__, eligible), map(floors.__getitem__, eligible)))
         passes = [list(compress(eligible, sticky)), list(compress(eligible, map(not_, sticky)))]
@@ -215,7 +218,7 @@ def _few_left_out(
     left_out = n - extra
     if left_out > _FEW:
         return None
-    non_sticky = list(compress(range(n), map(le, counts, floors)))
+    non_sticky = list(compress(indices(n), map(le, counts, floors)))
     if len(non_sticky) > _FEW or len(non_sticky) == n:
         return None  # (no one sticky: one pass of everyone, the general walk is as cheap)
     racks = [r for r, gain in gains.items() if gain > 0]

@@ -59,6 +59,7 @@ from typing import Any, cast
 from ..model import EMPTY_ASSIGNMENT, Assignment
 from .base import GroupAssignment, GroupSpec, TargetSummary
 from .blocks import cut_runs
+from .indices import indices
 from .racks import ordered_by_rack, partitions_by_rack, rack_gains
 from .shares import choose_extras, equal_shares, shares
 from .uniform import _in_order as in_order
@@ -180,7 +181,7 @@ def _first_extras(floors: list[int], candidates: list[bool], extra: int) -> list
     if candidates.count(True) == len(candidates):  # every share fractional: C passes
         return list(map(add, floors, chain(repeat(1, extra), repeat(0, len(floors) - extra))))
     quotas = list(floors)
-    for i in islice(compress(range(len(floors)), candidates), extra):
+    for i in islice(compress(indices(len(floors)), candidates), extra):
         quotas[i] += 1
     return quotas
 
@@ -394,17 +395,17 @@ _UNSEEN: Any = object()
 
 
 def _by_rack(
-    member_racks: Sequence[str | None], local_of: LocalIndex, indices: Sequence[int] | None = None
+    member_racks: Sequence[str | None], local_of: LocalIndex, among: Sequence[int] | None = None
 ) -> dict[str, list[int]]:
     """The indices of each rack's members (racks with partitions), in the
     order given: one C pass filing each member under its rack (members of
-    other racks, or none, to a list thrown away). `indices`: the members to
+    other racks, or none, to a list thrown away). `among`: the members to
     file, `member_racks` being their racks (all members in spec order when
     None). Shared by the rack gains (F_r and candidates summed per rack) and
     B's takers."""
     groups: dict[str | None, list[int]] = {rack: [] for rack in local_of}
     elsewhere: list[int] = []
-    filed = range(len(member_racks)) if indices is None else indices
+    filed = indices(len(member_racks)) if among is None else among
     deque(map(list.append, map(groups.get, member_racks, repeat(elsewhere)), filed), maxlen=0)
     return {rack: found for rack, found in groups.items() if rack is not None}
 
@@ -602,8 +603,9 @@ class _Build:
         # quota have anything to do here, found by C passes: the others keep
         # their target as it is (a Python pass over 10,000 members cost 1.4 ms).
         counts = self.counts
-        work = set(compress(range(len(counts)), map(ne, local_counts, counts)))
-        work.update(compress(range(len(counts)), map(gt, counts, self.quotas)))
+        every = indices(len(counts))
+        work = set(compress(every, map(ne, local_counts, counts)))
+        work.update(compress(every, map(gt, counts, self.quotas)))
         for i in sorted(work):
             current = self.currents[i]
             if not current:
@@ -773,13 +775,11 @@ class _Build:
             grouped = by_rack
         else:
             if not everyone_has_room:
-                # In id order (a range over every member), room is read in place.
-                rooms = (
-                    room
-                    if isinstance(order, range) and len(order) == len(room)
-                    else map(room.__getitem__, order)
-                )
-                order = list(compress(order, map(gt, rooms, repeat(0))))
+                if isinstance(order, range) and len(order) == len(room):
+                    # In id order (a range over every member): room read in place.
+                    order = list(compress(indices(len(room)), map(gt, room, repeat(0))))
+                else:
+                    order = list(compress(order, map(gt, map(room.__getitem__, order), repeat(0))))
             racks_in_order = (
                 member_racks
                 if isinstance(order, range) and len(order) == len(member_racks)  # in id order
@@ -797,7 +797,7 @@ class _Build:
         if self.unheld is None:
             return  # nothing was held: no one is above its quota, no one keeps anything
         if not self.pending:
-            for i in compress(range(len(self.room)), map(gt, repeat(0), self.room)):
+            for i in compress(indices(len(self.room)), map(gt, repeat(0), self.room)):
                 current = self.currents[i]
                 kept = self._keep_first(current, self.quotas[i])
                 self.out[i] = kept
@@ -851,7 +851,7 @@ class _Build:
             return
         order = self.order
         if isinstance(order, range) and len(order) == len(room):  # in id order: room read in place
-            takers = list(compress(order, positive))
+            takers = list(compress(indices(len(room)), positive))
         else:
             takers = list(compress(order, map(positive.__getitem__, order)))
         takers = most_room_first(takers, room)
