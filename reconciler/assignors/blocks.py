@@ -34,11 +34,14 @@ def cut_runs(
     # out whole runs of them in one comprehension rather than one by one.
     run_starts: list[int] = []
     run_ends: list[int] = []
-    end = 0
-    for _, same in groupby(map(id, segments)):
-        run_starts.append(end)
-        end += len(list(same))
-        run_ends.append(end)
+    if segments and segments.count(segments[0]) == len(segments):  # one object (by identity, in C)
+        run_starts, run_ends = [0], [len(segments)]
+    else:
+        end = 0
+        for _, same in groupby(map(id, segments)):
+            run_starts.append(end)
+            end += len(list(same))
+            run_ends.append(end)
     made: dict[tuple[int, int, int, int], list[frozenset[int]]] = {}
 
     def blocks(segment: Sequence[int], start: int, size: int, count: int) -> list[frozenset[int]]:

@@ -987,7 +987,10 @@ class _Build:
         out in `taken`; returns how many segments were handed out whole."""
         out, room = self.out, self.room
         sizes = list(map(room.__getitem__, takers))
-        runs = [(size, len(list(same))) for size, same in groupby(sizes)]
+        if sizes and sizes[0] == sizes[-1]:  # most room first: one size all along
+            runs = [(sizes[0], len(sizes))]
+        else:
+            runs = [(size, len(list(same))) for size, same in groupby(sizes)]
         blocks, handed = cut_runs(segments.topics, segments.segments, runs)
         for i, got in zip(takers, blocks, strict=False):  # the rack may run out first
             out[i] = got
