@@ -666,22 +666,27 @@ class _Build:
             for layout_racks, topic_ids in layouts:
                 if not layout_racks <= takers.keys():
                     leftovers.update(topic_ids)
+            # Every topic of one layout (created together): each rack's part of
+            # every topic is the same tuple and set, repeated by C list products.
+            one_layout = len(layouts) == 1 and len(layouts[0][1]) == len(self.topic_ids)
             for rack in sorted(takers):
                 mine, ordered = local_of[rack], ordered_of[rack]
                 # The rack's segments straight from the index, by C passes (no
                 # tuple per topic to take apart again).
                 present = self.topic_ids
-                if len(mine) != len(present):
-                    present = [t for t in present if t in mine]
-                segments = _Segments(
-                    present,
-                    list(map(ordered.__getitem__, present)),
-                    list(map(mine.__getitem__, present)),
-                    len(takers[rack]),
-                    unique=True,
-                )
+                if one_layout:
+                    first = present[0]
+                    parts: list[Sequence[int]] = [ordered[first]] * len(present)
+                    wholes: list[AbstractSet[int] | None] = [mine[first]] * len(present)
+                else:
+                    if len(mine) != len(present):
+                        present = [t for t in present if t in mine]
+                    parts = list(map(ordered.__getitem__, present))
+                    wholes = list(map(mine.__getitem__, present))
+                segments = _Segments(present, parts, wholes, len(takers[rack]), unique=True)
                 most = self.room[takers[rack][0]]  # takers come most room first
-                if 1 < most < 8 * min(map(len, segments.segments)):
+                shortest = len(parts[0]) if one_layout else min(map(len, parts))
+                if 1 < most < 8 * shortest:
                     # Blocks shorter than the rack's part of a topic: by runs
                     # (blocks.py), pieces shared between topics of one layout.
                     whole = self._hand_out_runs(takers[rack], segments)
@@ -1034,7 +1039,13 @@ class _Segments:
         positions well); `unique`: whether the topics are distinct, if known."""
         self.topics = topics
         self.segments = segments
-        self.starts = list(accumulate(map(len, segments), initial=0))
+        #: Where each segment starts (a range when they are one object: no ints made).
+        self.starts: Sequence[int]
+        if segments and segments.count(segments[0]) == len(segments):
+            size = len(segments[0])
+            self.starts = range(0, size * len(segments) + 1, size) if size else [0] * (len(segments) + 1)
+        else:
+            self.starts = list(accumulate(map(len, segments), initial=0))
         #: Whether each topic has one segment (then a block's pieces need no merging).
         self.unique = len(set(topics)) == len(topics) if unique is None else unique
         #: Each segment as a frozenset: the pool's own set, else made when needed.
