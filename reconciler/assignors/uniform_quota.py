@@ -361,9 +361,54 @@ def _local_index(
     layout, with the layout's racks. Topics are grouped by layout first (topics
     created together share one), so that the per-rack entries of a layout's
     topics are written by C calls."""
-    by_layout: dict[tuple[str, ...], list[str]] = {}
     topics = spec.topics
     all_layouts = [topics[t].partition_racks for t in topic_ids]
+    wanted = frozenset(member_racks)
+    # The same topics, layouts and member racks as a recent computation (a
+    # group recomputing on a join or leave): its index, found by list
+    # comparisons that are identity checks per element (C), where building it
+    # again cost 0.3 - 0.4 ms over 1,000 topics. Equal inputs give an equal
+    # index, and nobody changes one (the assignor only reads it).
+    for cached_topics, cached_layouts, cached_racks, index in _index_cache:
+        if cached_racks == wanted and cached_layouts == all_layouts and cached_topics == topic_ids:
+            return index
+    own_topic_ids = list(topic_ids)  # kept with the index: a copy no caller holds
+    index = _build_local_index(own_topic_ids, all_layouts, wanted)
+    _remember_index((own_topic_ids, all_layouts, wanted, index))
+    return index
+
+
+#: A computed rack index: the topics, their layouts, the member racks, and the index.
+_IndexEntry = tuple[
+    list[str],
+    list[tuple[str, ...]],
+    frozenset[str | None],
+    tuple[
+        dict[str, dict[str, frozenset[int]]],
+        dict[str, dict[str, tuple[int, ...]]],
+        list[tuple[frozenset[str], list[str]]],
+    ],
+]
+#: The last few indexes, newest first: a tuple replaced whole (never changed in
+#: place), so a reader in another thread always iterates a consistent one.
+_index_cache: tuple[_IndexEntry, ...] = ()
+_INDEX_CACHE_SIZE = 8
+
+
+def _remember_index(entry: _IndexEntry) -> None:
+    global _index_cache
+    _index_cache = (entry, *_index_cache[: _INDEX_CACHE_SIZE - 1])
+
+
+def _build_local_index(
+    topic_ids: list[str], all_layouts: list[tuple[str, ...]], wanted: frozenset[str | None]
+) -> tuple[
+    dict[str, dict[str, frozenset[int]]],
+    dict[str, dict[str, tuple[int, ...]]],
+    list[tuple[frozenset[str], list[str]]],
+]:
+    """`_local_index`, built."""
+    by_layout: dict[tuple[str, ...], list[str]] = {}
     if all_layouts[0] and all_layouts.count(all_layouts[0]) == len(all_layouts):
         by_layout[all_layouts[0]] = topic_ids  # one layout (a C count, by identity first)
     else:
@@ -374,7 +419,6 @@ def _local_index(
                     by_layout[layout] = [topic_id]
                 else:
                     found.append(topic_id)
-    wanted = set(member_racks)
     local_of: dict[str, dict[str, frozenset[int]]] = {}
     ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
     layouts: list[tuple[frozenset[str], list[str]]] = []

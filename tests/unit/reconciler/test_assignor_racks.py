@@ -589,3 +589,28 @@ def test_choosing_extras_from_the_callers_filing_by_rack_equals_the_walk(data: s
     groups = {r: [i for i in range(n) if racks[i] == r] for r in "abc" if r in racks}
     walked = choose_extras(extra, list(range(n)), candidates, counts, floors, racks, gains)
     assert choose_extras(extra, range(n), candidates, counts, floors, racks, gains, groups) == walked
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(rack_topics(max_total=8), st.lists(st.sampled_from(["a", "b", "d", None]), min_size=1)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_rack_index_is_reused_only_for_the_same_topics_layouts_and_member_racks(
+    steps: list[tuple[dict[str, Topic], list[str | None]]],
+) -> None:
+    """Whatever came before (the index of recent computations is kept), the
+    index is the one built from these topics, their layouts and these member
+    racks; asked again with the same, it is the very same index."""
+    for topics, racks in [*steps, *steps]:
+        topic_ids = sorted(t for t, topic in topics.items() if topic.partition_racks)
+        if not topic_ids:
+            continue
+        spec = GroupSpec(members={}, topics=topics)
+        index = uniform_quota._local_index(spec, topic_ids, racks)
+        layouts = [topics[t].partition_racks for t in topic_ids]
+        assert index == uniform_quota._build_local_index(list(topic_ids), layouts, frozenset(racks))
+        assert uniform_quota._local_index(spec, list(topic_ids), list(racks)) is index
