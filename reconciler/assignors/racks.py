@@ -93,12 +93,14 @@ def rack_gains(
     candidates: Sequence[bool],
     sizes: Mapping[str, int],
     groups: Mapping[str, Sequence[int]] | None = None,
+    counted: Mapping[str | None, int] | None = None,
 ) -> tuple[int, dict[str, int]]:
     """sum_r min(n_r, F_r) and, per rack, g_r: how many extra partitions given
     to its members would each add a local pair (see the module docs).
     `groups`: the indices of each rack's members, where the caller has them
     (every rack of `sizes` with members): then F_r and the candidates are
-    summed over each rack's members in C."""
+    summed over each rack's members in C. `counted`: the members of each
+    rack, where the caller counted them (used with equal shares)."""
     floor_sum: dict[str, int] = {}
     candidate_count: dict[str, int] = {}
     equal = (
@@ -117,7 +119,7 @@ def rack_gains(
                     candidate_count[rack_id] = sum(map(candidates.__getitem__, indices))
     elif equal:
         # Equal shares (every capacity 1): counting members per rack, in C, is enough.
-        for rack, members in Counter(member_racks).items():
+        for rack, members in (Counter(member_racks) if counted is None else counted).items():
             if rack is not None and rack in sizes:
                 floor_sum[rack] = floors[0] * members
                 candidate_count[rack] = members if candidates[0] else 0

@@ -67,11 +67,13 @@ def choose_extras(
     member_racks: Sequence[str | None] | None,
     gains: Mapping[str, int],
     filed: Mapping[str, Sequence[int]] | None = None,
+    counted: Mapping[str | None, int] | None = None,
 ) -> list[bool]:
     """Which members get floor + 1 (exactly `extra` of the candidates).
     `order`: member indices in member id order; `counts`: partitions each
     holds now; `gains`: per rack, how many extras add a local pair;
-    `filed`: each rack's members in order, where the caller filed them.
+    `filed`: each rack's members in order, where the caller filed them;
+    `counted`: how many members each rack has, where the caller counted them.
 
     The same as walking the candidates in order, sticky ones (count above the
     floor) first, giving each one the extra while its rack has gain left, then
@@ -93,7 +95,7 @@ def choose_extras(
     ):
         # Most members get one (a join to a group of one or two partitions
         # each): find the few that do not, from the end.
-        few = _few_left_out(extra, counts, floors, member_racks, gains)
+        few = _few_left_out(extra, counts, floors, member_racks, gains, counted)
         if few is not None:
             return few
     if every_share_fractional:
@@ -200,6 +202,7 @@ def _few_left_out(
     floors: Sequence[int],
     member_racks: Sequence[str | None],
     gains: Mapping[str, int],
+    counted: Mapping[str | None, int] | None = None,
 ) -> list[bool] | None:
     """`choose_extras` for members in id order, every share fractional, when
     only a few of them go without: those are the last of the walk's order.
@@ -225,7 +228,8 @@ def _few_left_out(
     non_sticky_in: Counter[str | None] = Counter(member_racks[i] for i in non_sticky)
     # Per rack with gain: picks among the sticky members, then among the
     # others (members of other racks, or none, are never picked).
-    sticky_in: dict[str | None, int] = {r: member_racks.count(r) - non_sticky_in[r] for r in racks}
+    in_rack = member_racks.count if counted is None else counted.__getitem__
+    sticky_in: dict[str | None, int] = {r: in_rack(r) - non_sticky_in[r] for r in racks}
     picks_sticky: dict[str | None, int] = {r: min(gains[r], sticky_in[r]) for r in racks}
     picks_other: dict[str | None, int] = {r: min(gains[r] - picks_sticky[r], non_sticky_in[r]) for r in racks}
     if sum(picks_sticky.values()) + sum(picks_other.values()) > extra:

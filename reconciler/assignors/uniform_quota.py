@@ -49,7 +49,7 @@ empty members with equal room takes its blocks in one comprehension.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import accumulate, chain, compress, groupby, islice, pairwise, repeat, starmap
@@ -113,6 +113,7 @@ def assign_by_quota(
 
     gains: dict[str, int] = {}
     groups: dict[str, list[int]] = {}
+    counted: Mapping[str | None, int] = {}  # members per rack
     if member_racks is not None:
         rack_counts = {r: sum(map(len, by_topic.values())) for r, by_topic in local_of.items()}
         if unheld is None or weighted:
@@ -121,7 +122,10 @@ def assign_by_quota(
             # triples cost 1.6 ms at 10,000 members). Equal shares with
             # something held count racks with a Counter (one pass, no lists).
             groups = _by_rack(member_racks, local_of)
-        base_local, gains = rack_gains(member_racks, floors, candidates, rack_counts, groups or None)
+            counted = {rack: len(found) for rack, found in groups.items()}
+        else:
+            counted = Counter(member_racks)  # for the gains and the choice of extras
+        base_local, gains = rack_gains(member_racks, floors, candidates, rack_counts, groups or None, counted)
         if balanced and sum(local_counts) == base_local + min(extra, sum(gains.values())):
             return GroupAssignment(member_ids, currents, TargetSummary(counts, local_counts))
     elif balanced:
@@ -138,7 +142,9 @@ def assign_by_quota(
         quotas = _first_extras(floors, candidates, extra)
         return GroupAssignment(member_ids, _fresh_blocks(topic_ids, sizes, quotas), TargetSummary(quotas))
     if extra:
-        chosen = choose_extras(extra, order, candidates, counts, floors, member_racks, gains, groups or None)
+        chosen = choose_extras(
+            extra, order, candidates, counts, floors, member_racks, gains, groups or None, counted or None
+        )
         quotas = list(map(add, floors, chosen))
     else:
         quotas = floors  # every share whole: nobody gets one more

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
@@ -552,6 +553,9 @@ def test_choosing_extras_when_few_go_without_equals_the_walk(data: st.DataObject
     gains = {r: data.draw(st.integers(0, n)) for r in data.draw(st.sets(st.sampled_from("abc")))}
     walked = choose_extras(extra, list(range(n)), candidates, counts, floors, racks, gains)
     assert choose_extras(extra, range(n), candidates, counts, floors, racks, gains) == walked
+    # The same with the members per rack counted by the caller (as uniform_quota does).
+    counted = Counter(racks)
+    assert choose_extras(extra, range(n), candidates, counts, floors, racks, gains, None, counted) == walked
     assert sum(walked) == extra and not any(c and not k for c, k in zip(walked, candidates, strict=True))
 
 
