@@ -161,6 +161,11 @@ def _repeated(
         if len(pieces) == 1:
             piece = pieces[0]
             out[k :: len(pattern)] = [{topic_id: piece} for topic_id in topic_ids[j + first : stop : span]]
+        elif len(pieces) == 2:  # a block across one segment boundary: a dict display, no slice
+            head, tail = pieces
+            firsts = topic_ids[j + first : stop : span]
+            seconds = topic_ids[j + first + 1 : stop + 1 : span]
+            out[k :: len(pattern)] = [{a: head, b: tail} for a, b in zip(firsts, seconds, strict=True)]
         else:
             starts = range(j + first, stop, span)
             spans = map(topic_ids.__getitem__, map(slice, starts, map(add, starts, repeat(len(pieces)))))
