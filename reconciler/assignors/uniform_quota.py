@@ -936,7 +936,18 @@ class _Build:
                 rest.difference_update(*self._taken_of(topic_id))
                 if rest:
                     pool.append((topic_id, sorted(rest), None))
-        self._hand_out(takers, _Segments.of(pool, len(takers)), None)
+        segments = _Segments.of(pool, len(takers))
+        if (
+            segments.topics
+            and room[takers[0]] < 8 * min(map(len, segments.segments))
+            and not any(map(self.out.__getitem__, takers))
+        ):
+            # Every taker has nothing yet (members B left without) and blocks are
+            # not much longer than a segment: by runs, as B does with nothing
+            # held (blocks.py cuts repeated segments once).
+            self._hand_out_runs(takers, segments, record=False)
+        else:
+            self._hand_out(takers, segments, None)
 
     def _left_by_b(self, topic_ids: Sequence[str]) -> Pool:
         """Nothing held: per topic (in order), what B did not hand out. Keyed
@@ -1038,12 +1049,13 @@ class _Build:
             taken.append(segments.prefix(pos, whole_segments))
         return whole_segments
 
-    def _hand_out_runs(self, takers: list[int], segments: _Segments) -> int:
-        """`_hand_out` when every taker has nothing yet (B with nothing held):
-        takers, most room first, take consecutive blocks run by run (one run
-        per room size), cut by blocks.py so that runs of blocks that split the
-        rack's segments alike share their frozensets. Records what was handed
-        out in `taken`; returns how many segments were handed out whole."""
+    def _hand_out_runs(self, takers: list[int], segments: _Segments, record: bool = True) -> int:
+        """`_hand_out` when every taker has nothing yet (B with nothing held,
+        D when B left them all without): takers, most room first, take
+        consecutive blocks run by run (one run per room size), cut by blocks.py
+        so that runs of blocks that split the segments alike share their
+        frozensets. With `record`, records what was handed out in `taken` (B);
+        returns how many segments were handed out whole."""
         out, room = self.out, self.room
         sizes = list(map(room.__getitem__, takers))
         if sizes and sizes[0] == sizes[-1]:  # most room first: one size all along
@@ -1058,7 +1070,7 @@ class _Build:
             # The last block is short when the rack ran out inside it.
             room[takers[len(blocks) - 1]] = sum(sizes[: len(blocks)]) - handed
         whole_segments = bisect_right(segments.starts, handed) - 1
-        if handed:
+        if handed and record:
             self.taken.append(segments.prefix(handed, whole_segments))
         return whole_segments
 

@@ -487,9 +487,9 @@ def test_fresh_groups_big_enough_to_share_blocks_give_the_client_target(
     taken: list[int] = []
     runs = uniform_quota._Build._hand_out_runs
 
-    def counted(self: uniform_quota._Build, takers: list[int], segments: object) -> int:
+    def counted(self: uniform_quota._Build, takers: list[int], segments: object, record: bool = True) -> int:
         taken.append(len(takers))
-        return runs(self, takers, segments)  # type: ignore[arg-type]
+        return runs(self, takers, segments, record)  # type: ignore[arg-type]
 
     monkeypatch.setattr(uniform_quota._Build, "_hand_out_runs", counted)
     rng = random.Random(24)
