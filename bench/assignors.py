@@ -518,9 +518,12 @@ def _report_variant(title: str, rows: list[dict[str, Any]]) -> None:
         figure("assignors", kind="variant", **r, within_target=r["ratio"] <= TARGET_RATIO)
 
 
-def _columns(title: str, rows: list[dict[str, Any]], **headers: str) -> None:
-    """Prints `rows` as a table: each keyword names a row key, its value the column header."""
+def _columns(title: str, rows: list[dict[str, Any]], kind: str, **headers: str) -> None:
+    """Prints `rows` as a table (each keyword names a row key, its value the
+    column header) and records each row as a figure of `kind`."""
     table(title, list(headers.values()), [[r[key] for key in headers] for r in rows])
+    for r in rows:
+        figure("assignors", kind=kind, **r)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -578,6 +581,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     _columns(
         "compute_target_assignment (what a heartbeat that computes a new target pays; information)",
         rows,
+        "compute_target_assignment",
         assignor="assignor",
         mode="mode",
         members="members",
@@ -588,8 +592,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         compute_target_assignment_ms="total ms",
         ratio="ratio",
     )
-    for r in rows:
-        figure("assignors", kind="compute_target_assignment", **r)
 
     client_points = [(1_000, 10_000, 10)] if args.quick else [(1_000, 10_000, 10), (1_000, 10_000, 1_000)]
     rows = [
@@ -602,6 +604,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     _columns(
         "client-side assignors, the plain oracle of the server's (information; server ms: the same group)",
         rows,
+        "client",
         assignor="assignor",
         mode="mode",
         subscriptions="subscriptions",
@@ -613,8 +616,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         server_ms="server ms",
         ratio="ratio",
     )
-    for r in rows:
-        figure("assignors", kind="client", **r)
 
     skeleton_points = (
         [(1_000, 10_000, 10)]
@@ -626,6 +627,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "uniform+racks+weights, full: the least any implementation does (skeleton), and the assignor"
         " (information)",
         rows,
+        "skeleton",
         members="members",
         partitions="partitions",
         topics="topics",
@@ -635,8 +637,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         assignor_ms="assignor ms",
         ratio="assignor ratio",
     )
-    for r in rows:
-        figure("assignors", kind="skeleton", **r)
 
     misses = [r for r in grid if r["ratio"] > TARGET_RATIO]
     print(
