@@ -983,7 +983,9 @@ class _Build:
     ) -> int:
         """Each taker in turn takes the next partitions of `pool` up to its room
         (and, with `taken`, records them there). Returns how many segments were
-        handed out whole.
+        handed out whole. `takers` come most room first (`most_room_first`, B's
+        and D's order), so a run's first and last say whether its room is
+        equal all along.
 
         Positions in the pool are counted over its segments (`_Segments`), never
         partition by partition, so that a run of takers with nothing yet and
@@ -1054,8 +1056,9 @@ class _Build:
         D when B left them all without): takers, most room first, take
         consecutive blocks run by run (one run per room size), cut by blocks.py
         so that runs of blocks that split the segments alike share their
-        frozensets. With `record`, records what was handed out in `taken` (B);
-        returns how many segments were handed out whole."""
+        frozensets (`takers` most room first, as for `_hand_out`). With
+        `record`, records what was handed out in `taken` (B); returns how many
+        segments were handed out whole."""
         out, room = self.out, self.room
         sizes = list(map(room.__getitem__, takers))
         if sizes and sizes[0] == sizes[-1]:  # most room first: one size all along
