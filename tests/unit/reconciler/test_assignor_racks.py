@@ -25,6 +25,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import assume, given, settings
@@ -618,3 +619,33 @@ def test_the_rack_index_is_reused_only_for_the_same_topics_layouts_and_member_ra
         layouts = [topics[t].partition_racks for t in topic_ids]
         assert index == uniform_quota._build_local_index(list(topic_ids), layouts, frozenset(racks))
         assert uniform_quota._local_index(spec, list(topic_ids), list(racks)) is index
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=uniform_specs(weighted=True, max_total=24, max_members=9), weighted=st.booleans())
+def test_every_handout_gets_its_takers_most_room_first(spec: GroupSpec, weighted: bool) -> None:
+    """_hand_out and _hand_out_runs tell equal room along a run of takers from
+    its first and last taker, which holds only if takers come most room first:
+    every caller (steps B and D, with or without anything held) must pass them
+    so."""
+    seen: list[list[int]] = []
+    hand_out, runs = uniform_quota._Build._hand_out, uniform_quota._Build._hand_out_runs
+
+    def checked_hand_out(self: Any, takers: list[int], *args: Any, **kwargs: Any) -> int:
+        seen.append([self.room[i] for i in takers])
+        return hand_out(self, takers, *args, **kwargs)
+
+    def checked_runs(self: Any, takers: list[int], *args: Any, **kwargs: Any) -> int:
+        seen.append([self.room[i] for i in takers])
+        return runs(self, takers, *args, **kwargs)
+
+    if not weighted:
+        members = {m: dataclasses.replace(s, capacity=1) for m, s in spec.members.items()}
+        spec = dataclasses.replace(spec, members=members)
+    fresh = {m: dataclasses.replace(s, current={}) for m, s in spec.members.items()}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(uniform_quota._Build, "_hand_out", checked_hand_out)
+        patch.setattr(uniform_quota._Build, "_hand_out_runs", checked_runs)
+        for given in (spec, dataclasses.replace(spec, members=fresh)):
+            UNIFORM.assign(given)
+    assert all(rooms == sorted(rooms, reverse=True) for rooms in seen)
