@@ -91,17 +91,25 @@ def assign_by_quota(
     local_of: dict[str, dict[str, frozenset[int]]] = {}
     ordered_of: dict[str, dict[str, tuple[int, ...]]] = {}
     layouts: list[tuple[frozenset[str], list[str]]] = []
+    summary = _trusted_summary(spec, total, racks)
+    held = summary is not None or any(currents)
+    counted: Mapping[str | None, int] = {}  # members per rack
     if racks:
         member_racks = [m.rack_id for m in members]
-        local_of, ordered_of, layouts = _local_index(spec, topic_ids, member_racks)
+        if held and not weighted:
+            # Equal shares with something held: racks counted once, for the
+            # gains and the choice of extras, and their set read from the count.
+            counted = Counter(member_racks)
+        local_of, ordered_of, layouts = _local_index(
+            spec, topic_ids, member_racks, frozenset(counted) if counted else None
+        )
     local_counts: list[int] = []
-    summary = _trusted_summary(spec, total, racks)
     if summary is not None:
         # The targets are one computation's over these topics, and hold every
         # partition: nothing is unheld, and nothing needs reading.
         counts, unheld = list(summary.sizes), {}
         local_counts = list(summary.local_counts) if racks and summary.local_counts is not None else []
-    elif any(currents):
+    elif held:
         currents, counts, unheld, local_counts = _valid_currents(
             member_ids, currents, topic_ids, sizes, member_racks, local_of
         )
@@ -113,7 +121,6 @@ def assign_by_quota(
 
     gains: dict[str, int] = {}
     groups: dict[str, list[int]] = {}
-    counted: Mapping[str | None, int] = {}  # members per rack
     if member_racks is not None:
         rack_counts = {r: sum(map(len, by_topic.values())) for r, by_topic in local_of.items()}
         if unheld is None or weighted:
@@ -123,8 +130,6 @@ def assign_by_quota(
             # something held count racks with a Counter (one pass, no lists).
             groups = _by_rack(member_racks, local_of)
             counted = {rack: len(found) for rack, found in groups.items()}
-        else:
-            counted = Counter(member_racks)  # for the gains and the choice of extras
         base_local, gains = rack_gains(member_racks, floors, candidates, rack_counts, groups or None, counted)
         if balanced and sum(local_counts) == base_local + min(extra, sum(gains.values())):
             return GroupAssignment(member_ids, currents, TargetSummary(counts, local_counts))
@@ -356,7 +361,10 @@ def _within(counts: list[int], floors: list[int], candidates: list[bool]) -> boo
 
 
 def _local_index(
-    spec: GroupSpec, topic_ids: list[str], member_racks: list[str | None]
+    spec: GroupSpec,
+    topic_ids: list[str],
+    member_racks: list[str | None],
+    wanted: frozenset[str | None] | None = None,
 ) -> tuple[
     dict[str, dict[str, frozenset[int]]],
     dict[str, dict[str, tuple[int, ...]]],
@@ -366,10 +374,12 @@ def _local_index(
     and as ascending tuples (both memoised per layout); and the topics by
     layout, with the layout's racks. Topics are grouped by layout first (topics
     created together share one), so that the per-rack entries of a layout's
-    topics are written by C calls."""
+    topics are written by C calls. `wanted`: the set of `member_racks`, where
+    the caller has it."""
     topics = spec.topics
     all_layouts = [topics[t].partition_racks for t in topic_ids]
-    wanted = frozenset(member_racks)
+    if wanted is None:
+        wanted = frozenset(member_racks)
     # The same topics, layouts and member racks as a recent computation (a
     # group recomputing on a join or leave): its index, found by list
     # comparisons that are identity checks per element (C), where building it
