@@ -128,13 +128,6 @@ class TargetSummaryKeeper:
         the summary over the members with it is spliced, not rebuilt."""
         self.changed(member_id, {})
 
-    def forget(self) -> None:
-        """The targets came from somewhere that gave no summary: nothing is
-        vouched for until a computation gives one."""
-        self._computed = None
-        self._emptied.clear()
-        self._unsummarised.clear()
-
     def computed(self, computed: ComputedSummary | None) -> None:
         """A computation gave each of `computed.member_ids` the target its
         summary describes, and the members it left out (draining ones) nothing;
