@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .config import ConfigError, Settings
 from .embedded import start_embedded_postgres
 from .forwarding import Forwarder
 from .leasekeeper import LeaseSettings
+from .listeners import GRPC_OPTIONS, ListenError, add_port, check_free
 from .migrate import Migration, apply_migrations, discover
 from .runtime import Coordinator
 from .service import GroupAdminService, GroupCoordinatorService
@@ -177,7 +179,73 @@ class RegroupServer:
     #: The ACL and tokens in use (both off without REGROUP_ACL_FILE and REGROUP_TOKENS_FILE).
     access: Access = field(default_factory=Access)
 
+    def check_listeners(self) -> None:
+        """ListenError for the first listening address (API, health, metrics and web view)
+        that another process holds or that cannot be bound: before anything starts."""
+        settings = self.settings
+        for setting, address in (
+            ("REGROUP_LISTEN", settings.listen),
+            ("REGROUP_HEALTH_LISTEN", settings.health_listen),
+            ("REGROUP_METRICS_LISTEN", settings.metrics_listen),
+        ):
+            if address != "off":
+                check_free(setting, address)
+
+    def _bind(self) -> tuple[grpc.aio.Server, AcceptWidener]:
+        """The metrics endpoint started, and the API and health servers with their ports
+        bound (not yet started); ListenError when one cannot be bound."""
+        assert self._store is not None
+        try:
+            self._metrics = start_metrics(self.settings.metrics_listen, self._store.replica_id)
+        except OSError as e:
+            reason = "the address is already in use" if e.errno == errno.EADDRINUSE else e.strerror
+            raise ListenError("REGROUP_METRICS_LISTEN", self.settings.metrics_listen, str(reason)) from e
+        # Bound before the coordinator starts: its leases advertise the address.
+        limit = self.settings.max_message_bytes
+        server, widener = widened_server(
+            self.settings.accept_depth,
+            interceptors=self.interceptors,
+            options=[
+                *GRPC_OPTIONS,
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+            ],
+        )
+        self._server = server
+        if self.tls is None:
+            self.port = add_port("REGROUP_LISTEN", self.settings.listen, server.add_insecure_port)
+        else:
+            # The extra accept loops take calls from the same core server, so from this
+            # port's TLS connections only: no call reaches the handlers in plain text.
+            credentials = server_credentials(self.tls)
+            self.port = add_port(
+                "REGROUP_LISTEN",
+                self.settings.listen,
+                lambda address: server.add_secure_port(address, credentials),
+            )
+        self._health = health.aio.HealthServicer()
+        if self.settings.health_listen != "off":
+            # REGROUP_HEALTH_LISTEN: the same health service on a plain-text port of its own
+            # and nothing else, for probes that cannot speak TLS; it answers until the server stops.
+            health_server = grpc.aio.server(options=list(GRPC_OPTIONS))
+            health_pb2_grpc.add_HealthServicer_to_server(self._health, health_server)
+            self._health_server = health_server
+            self.health_port = add_port(
+                "REGROUP_HEALTH_LISTEN", self.settings.health_listen, health_server.add_insecure_port
+            )
+        return server, widener
+
+    async def _unbind(self) -> None:
+        """Lets go of the ports `_bind` took: gRPC listens from the bind on, and only
+        a server that started releases its ports when it stops."""
+        for server in (self._server, self._health_server):
+            if server is not None:
+                await server.start()
+                await server.stop(0)
+        self._server = self._health_server = None
+
     async def start(self) -> None:
+        self.check_listeners()
         self.tls = load_tls(self.settings)
         self.access = load_access(self.settings)
         migrations = find_migrations(self.settings)
@@ -191,27 +259,13 @@ class RegroupServer:
             dsn, self.settings.replica_id, timeout_s=self.settings.store_timeout_ms / 1000
         )
         try:
-            self._metrics = start_metrics(self.settings.metrics_listen, self._store.replica_id)
-        except OSError as e:
-            await self._store.close()
-            raise OSError(
-                f"Cannot serve metrics on {self.settings.metrics_listen} (REGROUP_METRICS_LISTEN): {e}"
-            ) from e
-        # Bound before the coordinator starts: its leases advertise the address.
-        limit = self.settings.max_message_bytes
-        server, widener = widened_server(
-            self.settings.accept_depth,
-            interceptors=self.interceptors,
-            options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)],
-        )
-        if self.tls is None:
-            self.port = server.add_insecure_port(self.settings.listen)
-        else:
-            # The extra accept loops take calls from the same core server, so from this
-            # port's TLS connections only: no call reaches the handlers in plain text.
-            self.port = server.add_secure_port(self.settings.listen, server_credentials(self.tls))
-        if self.port == 0:
-            raise OSError(f"Cannot listen on {self.settings.listen}.")
+            server, widener = self._bind()
+        except BaseException:
+            # A port taken since check_listeners: nothing of this start may stay behind.
+            await self._unbind()
+            await self.stop()
+            raise
+        assert self._metrics is not None and self._health is not None
         self.address = advertised_address(self.settings, self.port)
         self.coordinator = Coordinator(
             self._store,
@@ -241,6 +295,7 @@ class RegroupServer:
                 max_message_bytes=self.settings.max_message_bytes,
             )
             self._metrics.app.serve_view(reader, web_files)
+        limit = self.settings.max_message_bytes
         self._forwarder = Forwarder(
             self._store.replica_id, enabled=self.settings.forward, max_message_bytes=limit, tls=self.tls
         )
@@ -261,7 +316,6 @@ class RegroupServer:
             self.coordinator, max_message_bytes=limit, forwarder=self._forwarder, access=self.access
         )
         admin_pb2_grpc.add_GroupAdminServicer_to_server(admin, server)
-        self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (
@@ -281,7 +335,6 @@ class RegroupServer:
         self._watch = StoreWatch(self._store.ping, self._store_changed, self.settings.store_check_ms / 1000)
         self.coordinator.watch = self._watch
         self._watch.start()
-        self._server = server
         host = self.settings.listen.rpartition(":")[0]
         log.info(
             "server_started",
@@ -304,17 +357,9 @@ class RegroupServer:
         return f"{self.settings.metrics_listen.rpartition(':')[0]}:{self._metrics.port}"
 
     async def _start_health_port(self) -> None:
-        """REGROUP_HEALTH_LISTEN: the same health service on a plain-text port of its own and
-        nothing else, for probes that cannot speak TLS; it answers until the server stops."""
-        if self.settings.health_listen == "off" or self._health is None:
-            return
-        server = grpc.aio.server()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        self.health_port = server.add_insecure_port(self.settings.health_listen)
-        if self.health_port == 0:
-            raise OSError(f"Cannot listen on {self.settings.health_listen} (REGROUP_HEALTH_LISTEN).")
-        await server.start()
-        self._health_server = server
+        """Starts the health port bound by `_bind` (REGROUP_HEALTH_LISTEN), if any."""
+        if self._health_server is not None:
+            await self._health_server.start()
 
     async def _store_changed(self, available: bool) -> None:
         if self._health is not None:

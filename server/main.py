@@ -19,6 +19,7 @@ import structlog
 from .app import RegroupServer, find_migrations, resolve_database_url, run_migrations
 from .cluster import DEFAULT_REPLICAS, run_cluster
 from .config import ConfigError, Settings, add_arguments, flag_environment, settings_from_environment
+from .listeners import ListenError
 from .logs import configure_logging
 from .migrate import MigrationError
 from .store import StoreUnavailable
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         # A TLS file that loaded when the settings were read but not when the server started.
         print(f"regroup: configuration error: {e}", file=sys.stderr)
         return 2
-    except StoreUnavailable as e:
+    except (StoreUnavailable, ListenError) as e:
+        # A port in use or a database out of reach: one line that says which, no traceback.
         print(f"regroup: {e}", file=sys.stderr)
         return 1
     except MigrationError as e:
