@@ -188,6 +188,7 @@ class LeaseKeeper:
                 acquired.append(shard)
             else:
                 entry.trusted_until_ms = until
+        self.table.view_trusted_until_ms = until
         self.table.owners = {
             s: (lease.owner, answer.live.get(lease.owner, ""))
             for s, lease in answer.leases.items()

@@ -192,6 +192,22 @@ class Coordinator:
     def group_ids(self) -> KeysView[str]:
         return self.writer.groups.keys()
 
+    def served_group(self, group_id: str) -> Group | None:
+        """The group as this replica may answer for it now, read from memory; None when it
+        has no such group. Every read that answers with a group's state is fenced as a write
+        is (`ShardTable.fence`): a replica paused past its lease wakes with groups that
+        another replica may have changed, and must forward or refuse rather than tell them."""
+        self.shards.fence(group_id, self.clock.monotonic_ms())
+        return self.writer.groups.get(group_id)
+
+    def served_group_ids(self) -> list[str]:
+        """The ids of the groups this replica may list now (their shards held, loaded and
+        trusted); LeaseNotTrusted when its view of the shards is out of date."""
+        now_ms = self.clock.monotonic_ms()
+        shards = self.shards
+        shards.check_view(now_ms)
+        return [g for g in self.writer.groups if shards.serves(g, now_ms)]
+
     def peers(self) -> dict[str, str]:
         """The other live replicas and their addresses, as the last lease round saw them."""
         view = self.keeper.view

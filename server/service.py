@@ -243,6 +243,11 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
             return coordinator_pb2.FindCoordinatorResponse(**_error_fields(e))
         shards = self._coordinator.shards
         shard = shards.shard(request.group_id)
+        try:
+            # The owners are the last lease round's: not to be told once it is out of date.
+            shards.check_view(self._coordinator.clock.monotonic_ms())
+        except ApiError as e:
+            return coordinator_pb2.FindCoordinatorResponse(shard=shard, **_error_fields(e))
         owner = shards.owners.get(shard)
         if owner is None or not owner[1]:
             return coordinator_pb2.FindCoordinatorResponse(
@@ -745,7 +750,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
         def listing(group_id: str) -> GroupListing | None:
             if not access.allowed("describe", "group", group_id):
                 return None  # left out, as Kafka leaves out groups the principal may not describe
-            group = coordinator.group(group_id)
+            group = coordinator.group(group_id)  # served: taken from served_group_ids below
             if group is None:
                 return None
             if types and group.group_type.lower() not in types:
@@ -769,7 +774,7 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
             size = paging.page_size(request.page_size)
             # Nothing here awaits, so the groups cannot change while the page is taken.
             page = paging.take_page(
-                paging.sorted_after(coordinator.group_ids(), cursor.after(request.page_token)),
+                paging.sorted_after(coordinator.served_group_ids(), cursor.after(request.page_token)),
                 listing,
                 size,
                 self._page_bytes,
@@ -833,35 +838,15 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
     async def DescribeGroups(
         self, request: admin_pb2.DescribeGroupsRequest, context: Ctx
     ) -> admin_pb2.DescribeGroupsResponse:
-        coordinator = self._coordinator
         out = []
         for group_id in request.group_ids:
             refusal = _item_refusal("describe", "group", group_id)
             if refusal is not None:
                 out.append(admin_pb2.DescribedGroup(group_id=_echo(group_id), **_error_fields(refusal)))
                 continue
-            group = coordinator.group(group_id)
-            if group is None:
-                error = self._group_error(group_id)
-                out.append(
-                    admin_pb2.DescribedGroup(
-                        group_id=_echo(group_id), group_state="Dead", **_error_fields(error)
-                    )
-                )
-            else:
-                out.append(mapping.group_pb(group, coordinator.image_for(group_id), coordinator.config))
+            out.append(self._describe_one(group_id))
         await self._forward_groups(out, "DescribeGroups", "groups", admin_pb2.DescribeGroupsRequest, context)
         return admin_pb2.DescribeGroupsResponse(groups=out)
-
-    def _group_error(self, group_id: str) -> ApiError:
-        """Why a group is not described here: not a valid id, not served here, or absent."""
-        error = _group_error(group_id)
-        if isinstance(error, GroupIdNotFound):
-            try:
-                self._coordinator.shards.fence(group_id, self._coordinator.clock.monotonic_ms())
-            except ApiError as e:
-                return e
-        return error
 
     async def _forward_groups(
         self, results: list[Any], method: str, field: str, request_type: Any, context: Ctx
@@ -957,12 +942,18 @@ class GroupAdminService(admin_pb2_grpc.GroupAdminServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
 
     def _describe_one(self, group_id: str) -> admin_pb2.DescribedGroup:
+        """The group as this replica may tell it now (DescribeGroups, WatchGroup): not served
+        here (NOT_COORDINATOR, forwarded by DescribeGroups), its lease not trusted, not a
+        valid id, or absent (Dead)."""
         coordinator = self._coordinator
-        group = coordinator.group(group_id)
+        try:
+            validate_group_id(group_id)
+            group = coordinator.served_group(group_id)
+        except ApiError as e:
+            return admin_pb2.DescribedGroup(group_id=_echo(group_id), group_state="Dead", **_error_fields(e))
         if group is None:
-            return admin_pb2.DescribedGroup(
-                group_id=_echo(group_id), group_state="Dead", **_error_fields(self._group_error(group_id))
-            )
+            error = GroupIdNotFound(f"Group {group_id} not found.")
+            return admin_pb2.DescribedGroup(group_id=group_id, group_state="Dead", **_error_fields(error))
         return mapping.group_pb(group, coordinator.image_for(group_id), coordinator.config)
 
     @internal_errors
@@ -1070,14 +1061,6 @@ def _describe_named_topic(image: TopicsImage, name: str) -> TopicDescription:
     if refusal is not None:
         return TopicDescription(name=_echo(name), **_error_fields(refusal))
     return _describe_topic(image, name)
-
-
-def _group_error(group_id: str) -> ApiError:
-    try:
-        validate_group_id(group_id)
-    except ApiError as e:
-        return e
-    return GroupIdNotFound(f"Group {group_id} not found.")
 
 
 def _echo(value: str) -> str:

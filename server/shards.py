@@ -55,6 +55,10 @@ class ShardTable:
         #: Called when a request finds no owner for its shard: the lease keeper looks
         #: again soon (its view may predate another replica's acquisition).
         self.owner_unknown: Callable[[], None] = lambda: None
+        #: Until when (monotonic ms) the last successful lease round's view of the shards,
+        #: their owners and the live replicas may be answered from: as a held lease's
+        #: trust, from when that round was sent (0: no round yet).
+        self.view_trusted_until_ms = 0
 
     def shard(self, group_id: str) -> int:
         shard = self._shard_of.get(group_id)
@@ -84,6 +88,17 @@ class ShardTable:
                 f"The lease of shard {shard} (group {group_id}) could not be renewed in time; retry."
             )
         return Fence(shard, held.owner_epoch)
+
+    def check_view(self, now_ms: int) -> None:
+        """Raises LeaseNotTrusted unless the last lease round's view may be answered from
+        now: reads that span groups (ListGroups, FindCoordinator) follow the same rule as
+        a group's operations, since a replica paused past its lease wakes up with a view
+        of groups, members and owners that other replicas may have changed since."""
+        if now_ms >= self.view_trusted_until_ms:
+            raise LeaseNotTrusted(
+                "This replica could not renew its leases in time: what it knows of the groups "
+                "and their coordinators may be out of date; retry."
+            )
 
     def not_mine(self, group_id: str, shard: int) -> NotCoordinator | CoordinatorNotAvailable:
         owner = self.owners.get(shard)

@@ -39,7 +39,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import structlog
 from google.protobuf.json_format import MessageToDict
 
-from regroup.reconciler.errors import ApiError, InvalidRequest
+from regroup.reconciler.errors import ApiError, CoordinatorNotAvailable, InvalidRequest
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
 from regroup.reconciler.subscription import group_topics
 from regroup.v1 import admin_pb2
@@ -150,9 +150,10 @@ class GroupReader:
 
         def read() -> tuple[list[admin_pb2.ListGroupsResponse.Group], int, str]:
             groups = self.coordinator.groups
+            served = self.coordinator.served_group_ids()  # as ListGroups: not from a stale view
             # On the loop, so no full sort: the first ids in O(n log k).
             out = []
-            for group_id in heapq.nsmallest(MAX_LISTED_GROUPS, groups):
+            for group_id in heapq.nsmallest(MAX_LISTED_GROUPS, served):
                 g = groups[group_id]
                 out.append(
                     admin_pb2.ListGroupsResponse.Group(
@@ -164,7 +165,7 @@ class GroupReader:
                         members=len(g.members),
                     )
                 )
-            return out, len(groups), self.coordinator.store.replica_id
+            return out, len(served), self.coordinator.store.replica_id
 
         listed, total, replica = self._on_loop(read)
         return {
@@ -179,6 +180,8 @@ class GroupReader:
 
         def read() -> tuple[admin_pb2.DescribedGroup, list[tuple[str, str, int]]] | dict[str, Any]:
             coordinator = self.coordinator
+            if not coordinator.shards.serves(group_id, coordinator.clock.monotonic_ms()):
+                return self._absent(group_id)
             group = coordinator.group(group_id)
             if group is None:
                 return self._absent(group_id)
@@ -215,6 +218,14 @@ class GroupReader:
         refused call would (the page polls)."""
         shards = self.coordinator.shards
         shard = shard_of(group_id, shards.count)
+        now_ms = self.coordinator.clock.monotonic_ms()
+        if shard in shards.held and not shards.serves(group_id, now_ms):
+            # Held but not served now: loading, or its lease not trusted (as ShardTable.fence).
+            raise CoordinatorNotAvailable(
+                f"This replica cannot answer for group {group_id} right now (its shard {shard} "
+                "is loading or its lease could not be renewed in time); retry."
+            )
+        shards.check_view(now_ms)
         owner = shards.owners.get(shard)
         if shard not in shards.held and owner is not None and owner[0] != shards.replica_id:
             replica, address = owner
