@@ -131,14 +131,15 @@ class BenchPostgres:
     _count: int = 0
 
     def __post_init__(self) -> None:
-        from regroup.server.embedded import embedded_postgres
+        from regroup.server.embedded import PostgresKeeper
 
         # A benchmark stopped by SIGTERM (a timeout) still runs its finally blocks and
         # atexit hooks, so the embedded Postgres and the servers are cleaned up.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-        self._server = embedded_postgres(Path(self._dir.name), cleanup_mode="delete")
-        self.base_dsn = str(self._server.get_uri())
+        # Kept by a process of its own: nothing forks this one once gRPC runs (server/embedded.py).
+        self._server = PostgresKeeper.start(Path(self._dir.name), cleanup_mode="delete")
+        self.base_dsn = self._server.dsn
 
     def new_database(self) -> str:
         self._count += 1
@@ -178,7 +179,7 @@ class BenchPostgres:
         asyncio.run(alter())
 
     def close(self) -> None:
-        self._server.cleanup()
+        self._server.close(wait_s=60)
         self._dir.cleanup()
 
 

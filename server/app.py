@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import socket
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +25,7 @@ from .access import Access
 from .aclfile import AccessFileError
 from .clock import Clock, SystemClock
 from .config import ConfigError, Settings
-from .embedded import start_embedded_postgres
+from .embedded import STOP_WAIT_S, EmbeddedPostgresError, PostgresKeeper
 from .forwarding import Forwarder
 from .leasekeeper import LeaseSettings
 from .listeners import GRPC_OPTIONS, ListenError, add_port, check_free
@@ -54,11 +56,26 @@ READINESS_NAMES = ("", *SERVICE_NAMES)
 PROCESS_NAME = "process"
 
 
-async def resolve_database_url(settings: Settings) -> str:
-    """DATABASE_URL if set, else the embedded Postgres under the data directory."""
+async def resolve_database_url(settings: Settings) -> tuple[str, PostgresKeeper | None]:
+    """DATABASE_URL if set, else the embedded Postgres under the data directory, with its
+    keeper (to close when done; StoreUnavailable when it cannot start)."""
     if settings.database_url:
-        return settings.database_url
-    return await asyncio.to_thread(start_embedded_postgres, settings.data_dir)
+        return settings.database_url, None
+    try:
+        keeper = await asyncio.to_thread(PostgresKeeper.start, settings.data_dir)
+    except EmbeddedPostgresError as e:
+        raise StoreUnavailable(str(e)) from e
+    return keeper.dsn, keeper
+
+
+async def close_embedded(keeper: PostgresKeeper | None) -> None:
+    """Stops the embedded Postgres (if this process was its last user), waiting at most
+    `embedded.STOP_WAIT_S`: its keeper finishes alone after that."""
+    if keeper is not None and not await asyncio.to_thread(keeper.close):
+        log.warning(
+            "embedded_postgres_still_stopping",
+            message=f"the embedded Postgres did not stop within {STOP_WAIT_S:.0f} s; it finishes on its own",
+        )
 
 
 def advertised_address(settings: Settings, port: int) -> str:
@@ -136,6 +153,39 @@ async def run_migrations(dsn: str, migrations: list[Migration], shards: int = 64
     return applied
 
 
+#: How long the last metrics and spans may take to reach their exporters on stop.
+TELEMETRY_FLUSH_S = 2.0
+
+
+async def bounded_in_thread(work: Callable[[], object], timeout_s: float, what: str) -> bool:
+    """Runs `work()` in a daemon thread and waits for it at most `timeout_s`; True when it
+    finished. asyncio.to_thread's threads are joined when the process exits, so a call
+    stuck there would hold the exit too; a daemon thread is left behind instead."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finished() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def run() -> None:
+        try:
+            work()
+        except Exception:
+            log.exception(f"{what}_failed")
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(finished)
+
+    threading.Thread(target=run, name=f"regroup-{what}", daemon=True).start()
+    try:
+        await asyncio.wait_for(asyncio.shield(done), timeout_s)
+    except TimeoutError:
+        log.warning(f"{what}_timed_out", timeout_s=timeout_s)
+        return False
+    return True
+
+
 @dataclass
 class RegroupServer:
     """The whole service; `start()` returns once it accepts requests."""
@@ -164,6 +214,8 @@ class RegroupServer:
     #: ask for traces); tests give an SDK TracerProvider with an in-memory exporter.
     tracer_provider: Any = None
     _own_tracer_provider: Any = None
+    #: The embedded Postgres' keeper (None with DATABASE_URL), closed last on stop.
+    _embedded: PostgresKeeper | None = None
 
     @property
     def metrics_port(self) -> int:
@@ -251,13 +303,18 @@ class RegroupServer:
         migrations = find_migrations(self.settings)
         # Before any database is reached, as the migrations: a broken install says so first.
         web_files = load_files() if self.settings.web_view_served() else None
-        dsn = await resolve_database_url(self.settings)
-        applied = await run_migrations(dsn, migrations, self.settings.shards)
-        if applied:
-            log.info("migrations_applied", migrations=applied)
-        self._store = await PostgresStore.connect(
-            dsn, self.settings.replica_id, timeout_s=self.settings.store_timeout_ms / 1000
-        )
+        dsn, self._embedded = await resolve_database_url(self.settings)
+        try:
+            applied = await run_migrations(dsn, migrations, self.settings.shards)
+            if applied:
+                log.info("migrations_applied", migrations=applied)
+            self._store = await PostgresStore.connect(
+                dsn, self.settings.replica_id, timeout_s=self.settings.store_timeout_ms / 1000
+            )
+        except BaseException:
+            embedded, self._embedded = self._embedded, None
+            await close_embedded(embedded)
+            raise
         try:
             server, widener = self._bind()
         except BaseException:
@@ -397,6 +454,10 @@ class RegroupServer:
             self.streams.close_all(
                 StreamClosed(grpc.StatusCode.UNAVAILABLE, "The server is stopping: reopen the stream.")
             )
+        if coordinator is not None:
+            # So do WatchGroup streams (their groups are served elsewhere now): open, they
+            # would hold the drain below for its whole grace.
+            coordinator.history.close_all("The server is stopping: watch the group again.")
         if server is not None:
             await server.stop(self.settings.shutdown_grace_s)
         health_server, self._health_server = self._health_server, None
@@ -410,13 +471,18 @@ class RegroupServer:
         if forwarder is not None:
             await forwarder.close()
         metrics, self._metrics = self._metrics, None
-        if metrics is not None:
-            await asyncio.to_thread(metrics.shutdown)
         provider, self._own_tracer_provider = self._own_tracer_provider, None
+        # The last metrics and spans go to their exporters, within a bound: one that does
+        # not answer (an OTLP collector away) must hold neither the stop nor the exit.
+        flushes = [metrics.shutdown] if metrics is not None else []
         if provider is not None:
-            await asyncio.to_thread(provider.shutdown)  # flushes the last spans
+            flushes.append(provider.shutdown)
+        await asyncio.gather(*(bounded_in_thread(f, TELEMETRY_FLUSH_S, "telemetry_flush") for f in flushes))
         if store is not None:
             await store.close()
+        embedded, self._embedded = self._embedded, None
+        await close_embedded(embedded)
+        if store is not None:
             log.info("server_stopped")
 
     async def wait(self) -> None:

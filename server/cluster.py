@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from .app import find_migrations, resolve_database_url, run_migrations
+from .app import close_embedded, find_migrations, resolve_database_url, run_migrations
 from .config import Settings
 
 DEFAULT_REPLICAS = 3
@@ -249,9 +249,12 @@ class Cluster:
 async def run_cluster(settings: Settings, flags: Mapping[str, str], replicas: int = DEFAULT_REPLICAS) -> int:
     """Starts Postgres (embedded unless DATABASE_URL), migrates it, runs `replicas` replicas."""
     migrations = find_migrations(settings)
-    dsn = await resolve_database_url(settings)
-    await run_migrations(dsn, migrations)
-    env = {**os.environ, **flags, "DATABASE_URL": dsn}
-    specs = replica_specs(settings.listen, replicas, settings.metrics_listen)
-    cluster = Cluster(specs, env, sys.stdout.buffer)
-    return await cluster.run()
+    dsn, embedded = await resolve_database_url(settings)
+    try:
+        await run_migrations(dsn, migrations)
+        env = {**os.environ, **flags, "DATABASE_URL": dsn}
+        specs = replica_specs(settings.listen, replicas, settings.metrics_listen)
+        cluster = Cluster(specs, env, sys.stdout.buffer)
+        return await cluster.run()
+    finally:
+        await close_embedded(embedded)

@@ -26,6 +26,11 @@ class ConfigError(ValueError):
     """A setting is missing or out of range; the message names it."""
 
 
+#: The part of the stop bound beyond the drain and the store: the telemetry flush
+#: (app.TELEMETRY_FLUSH_S) and the embedded Postgres' stop (embedded.STOP_WAIT_S).
+STOP_SLACK_S = 5.0
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     listen: str = DEFAULT_LISTEN
@@ -107,6 +112,13 @@ class Settings:
                 load_tokens(self.tokens_file)
         except AccessFileError as e:
             raise ConfigError(str(e)) from None
+
+    def stop_bound_s(self) -> float:
+        """How long a stop (SIGTERM, SIGINT) may take, at most: the drain of in-flight calls,
+        two store operations (the lease round that hands the shards over, the pool's
+        close), and STOP_SLACK_S for the last metrics and spans and the embedded Postgres.
+        The chart's terminationGracePeriodSeconds is this bound (docs/operations.md)."""
+        return self.shutdown_grace_s + 2 * self.store_timeout_ms / 1000 + STOP_SLACK_S
 
     def web_view_served(self) -> bool:
         """Whether the metrics port serves the web view: as REGROUP_WEB_VIEW says, else only

@@ -1,12 +1,36 @@
-"""The embedded Postgres used when no DATABASE_URL is given (pgserver from PyPI)."""
+"""The embedded Postgres used when no DATABASE_URL is given (pgserver from PyPI).
+
+pgserver starts and stops Postgres with `subprocess.run(..., user=...)`, which forks the
+calling process (a fork, not a vfork: it changes user in the child). A process whose
+gRPC threads are running must not fork: the child inherits locks those threads held,
+and gRPC's fork handlers print a line that breaks the JSON log; pg_ctl forked from a
+test process full of gRPC threads was seen to die of a segmentation fault. So the
+embedded Postgres is kept by a process of its own, the keeper (`python -m
+regroup.server.embedded`), which runs no gRPC: `PostgresKeeper.start` spawns it (a
+vfork and exec, safe whatever threads run), and it starts Postgres, answers the DSN,
+then waits for `restart` or `stop` on its stdin.
+
+- `stop` stops Postgres when the keeper is its last user (pgserver's own rule), then
+  exits; the caller waits at most `STOP_WAIT_S` and the keeper finishes on its own.
+- Its stdin closing without `stop` (the server was killed) leaves Postgres running, as
+  a killed process always did; the next start on the data directory reuses it.
+- SIGINT and SIGTERM are ignored: Ctrl-C reaches the whole foreground process group,
+  and the server, still stopping, needs its database until it says `stop`.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+import os
+import select
+import signal
+import subprocess
+import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import psutil
 
@@ -18,14 +42,133 @@ HANDLE_PIDS = ".handle_pids.json"
 #: Slack for comparing a process's start with the list's mtime: psutil derives start times
 #: from the boot time in whole seconds, so a start can read up to a second off.
 _CLOCK_SLACK_S = 1.0
+#: How long a start may take (initdb the first time: about a second on an idle machine).
+START_TIMEOUT_S = 120.0
+#: How long `close` waits for Postgres to stop (its shutdown checkpoint) before it lets
+#: the keeper finish alone: part of the server's stop bound (docs/operations.md).
+STOP_WAIT_S = 3.0
+#: cleanup modes: stop Postgres when its last user leaves, also delete its data, or keep it.
+CLEANUP_MODES = ("stop", "delete", "keep")
 
 
-def start_embedded_postgres(data_dir: Path, cleanup_mode: str | None = "stop") -> str:
-    """Starts (or reuses) a Postgres under `data_dir`/pgdata; returns its DSN.
+class EmbeddedPostgresError(Exception):
+    """The keeper could not start or restart the embedded Postgres."""
 
-    See `embedded_postgres` for the server handle itself.
-    """
-    return str(embedded_postgres(data_dir, cleanup_mode).get_uri())
+
+class PostgresKeeper:
+    """The embedded Postgres under `data_dir`/pgdata, kept by a process of its own."""
+
+    def __init__(self, process: subprocess.Popen[str], answer: dict[str, Any]) -> None:
+        self._process = process
+        self.dsn = str(answer["dsn"])
+        #: The postmaster's pid (None if pgserver did not tell).
+        self.pid: int | None = answer.get("pid")
+        #: Postgres' own log (pg_ctl's), where `log_statement` writes.
+        self.log = Path(answer["log"])
+
+    @classmethod
+    def start(
+        cls, data_dir: Path, cleanup_mode: str = "stop", timeout_s: float = START_TIMEOUT_S
+    ) -> PostgresKeeper:
+        """Spawns the keeper and waits until Postgres accepts connections (blocking)."""
+        if cleanup_mode not in CLEANUP_MODES:
+            raise ValueError(f"cleanup_mode must be one of {CLEANUP_MODES}, got {cleanup_mode!r}")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "regroup.server.embedded", str(data_dir), "--cleanup", cleanup_mode],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            answer = _read_answer(process, timeout_s)
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        return cls(process, answer)
+
+    def restart(self, timeout_s: float = START_TIMEOUT_S) -> int | None:
+        """Starts Postgres again after it stopped (a test's outage); returns its new pid."""
+        self._send("restart")
+        self.pid = _read_answer(self._process, timeout_s).get("pid")
+        return self.pid
+
+    def close(self, wait_s: float = STOP_WAIT_S) -> bool:
+        """Asks the keeper to stop Postgres (if it is its last user) and waits up to
+        `wait_s`; True when the keeper is done, False when it goes on alone."""
+        if self._process.poll() is None:
+            try:
+                self._send("stop")
+                assert self._process.stdin is not None
+                self._process.stdin.close()
+            except (BrokenPipeError, ValueError):
+                pass  # gone already
+        try:
+            self._process.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            return False
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+        return True
+
+    def _send(self, command: str) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None
+        stdin.write(command + "\n")
+        stdin.flush()
+
+
+def _read_answer(process: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
+    """The keeper's next answer (one JSON line); EmbeddedPostgresError for an error or an exit."""
+    stdout = process.stdout
+    assert stdout is not None
+    ready, _, _ = select.select([stdout], [], [], timeout_s)
+    line = stdout.readline() if ready else ""
+    if not ready:
+        raise EmbeddedPostgresError(f"The embedded Postgres did not start within {timeout_s:.0f} s.")
+    if not line:
+        code = process.wait()
+        raise EmbeddedPostgresError(f"The embedded Postgres keeper exited with {code} (errors above).")
+    answer: dict[str, Any] = json.loads(line)
+    if "error" in answer:
+        raise EmbeddedPostgresError(f"The embedded Postgres did not start: {answer['error']}")
+    return answer
+
+
+def keeper_main(argv: list[str] | None = None) -> int:
+    """The keeper process: `python -m regroup.server.embedded DATA_DIR [--cleanup MODE]`."""
+    parser = argparse.ArgumentParser(prog="python -m regroup.server.embedded")
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("--cleanup", choices=CLEANUP_MODES, default="stop")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    out = sys.stdout
+    try:
+        server = embedded_postgres(args.data_dir, None if args.cleanup == "keep" else args.cleanup)
+    except Exception as e:  # noqa: BLE001 - told to the server, which reports it
+        _answer(out, {"error": f"{type(e).__name__}: {e}"})
+        return 1
+    _answer(out, {"dsn": str(server.get_uri()), "pid": server.get_pid(), "log": str(server.log)})
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "stop":
+            return 0  # pgserver's exit hook stops Postgres if this was its last user
+        if command == "restart":
+            try:
+                server.ensure_postgres_running()
+            except Exception as e:  # noqa: BLE001 - told to the caller
+                _answer(out, {"error": f"{type(e).__name__}: {e}"})
+            else:
+                _answer(out, {"pid": server.get_pid()})
+    # Stdin closed without a stop: the server was killed. Leave Postgres as a killed
+    # server always did (no exit hooks); the next start reuses it.
+    os._exit(0)
+
+
+def _answer(out: IO[str], answer: dict[str, Any]) -> None:
+    out.write(json.dumps(answer) + "\n")
+    out.flush()
 
 
 def embedded_postgres(data_dir: Path, cleanup_mode: str | None = "stop") -> PostgresServer:
@@ -82,3 +225,7 @@ def _may_be_registered(pid: int, written: float) -> bool:
     except psutil.AccessDenied:
         # It exists (another user's); keeping a pid errs on the side of leaving Postgres up.
         return True
+
+
+if __name__ == "__main__":
+    sys.exit(keeper_main())

@@ -9,14 +9,16 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import os
 import signal
 import sys
-from collections.abc import Coroutine
+import threading
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import structlog
 
-from .app import RegroupServer, find_migrations, resolve_database_url, run_migrations
+from .app import RegroupServer, close_embedded, find_migrations, resolve_database_url, run_migrations
 from .cluster import DEFAULT_REPLICAS, run_cluster
 from .config import ConfigError, Settings, add_arguments, flag_environment, settings_from_environment
 from .listeners import ListenError
@@ -48,13 +50,44 @@ async def _serve(settings: Settings) -> None:
     try:
         await stop.wait()
     finally:
-        await server.stop()
+        await stop_within_bound(server, settings.stop_bound_s())
+
+
+#: What the process's exit may take after the stop: the stop itself gets the rest of the bound.
+EXIT_SLACK_S = 1.0
+
+
+async def stop_within_bound(
+    server: RegroupServer, bound_s: float, exit_now: Callable[[float], None] | None = None
+) -> threading.Timer:
+    """Stops the server, and makes sure the process ends within `bound_s` of now
+    (Settings.stop_bound_s). Each part of the stop has a bound of its own; this holds
+    whatever else is slow (a worker process, an exporter): the stop is abandoned
+    EXIT_SLACK_S before the bound, and a watchdog ends the process at the bound if its
+    exit is still waiting then (for a thread, or a child process)."""
+    watchdog = threading.Timer(bound_s, exit_now or _exit_now, args=(bound_s,))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        async with asyncio.timeout(max(bound_s - EXIT_SLACK_S, 0.0)):
+            await server.stop()
+    except TimeoutError:
+        structlog.get_logger("regroup").error("server_stop_timed_out", bound_s=bound_s)
+    return watchdog
+
+
+def _exit_now(bound_s: float) -> None:
+    structlog.get_logger("regroup").error("server_exit_timed_out", bound_s=bound_s)
+    os._exit(1)
 
 
 async def _migrate(settings: Settings) -> None:
     migrations = find_migrations(settings)
-    dsn = await resolve_database_url(settings)
-    applied = await run_migrations(dsn, migrations, settings.shards)
+    dsn, embedded = await resolve_database_url(settings)
+    try:
+        applied = await run_migrations(dsn, migrations, settings.shards)
+    finally:
+        await close_embedded(embedded)
     structlog.get_logger("regroup").info("migrations_applied", migrations=applied)
 
 

@@ -7,7 +7,9 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from regroup.server.main import main
+from regroup.v1 import admin_pb2, admin_pb2_grpc
 from tests.support.wire import Stubs, WireMember
 
 pytestmark = pytest.mark.integration
@@ -29,9 +32,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _start(data_dir: Path, port: int, metrics_port: int = 0) -> asyncio.subprocess.Process:
+async def _start(
+    data_dir: Path, port: int, metrics_port: int = 0, **extra: str
+) -> asyncio.subprocess.Process:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env.update(REGROUP_DATA_DIR=str(data_dir), REGROUP_LISTEN=f"127.0.0.1:{port}")
+    env.update(REGROUP_DATA_DIR=str(data_dir), REGROUP_LISTEN=f"127.0.0.1:{port}", **extra)
     # Another server of the test run may hold the default port: any free one.
     env.update(REGROUP_METRICS_LISTEN=f"127.0.0.1:{metrics_port}")
     return await asyncio.create_subprocess_exec(
@@ -167,3 +172,81 @@ async def test_clean_stop_after_a_killed_instance_stops_the_embedded_postgres(tm
 def test_bad_configuration_exits_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--session-timeout-ms", "abc"]) == 2
     assert "REGROUP_SESSION_TIMEOUT_MS must be an integer" in capsys.readouterr().err
+
+
+async def test_nothing_forks_once_grpc_runs_and_every_log_line_is_json(tmp_path: Path) -> None:
+    """gRPC's fork handlers print a line for every fork made while its threads run (its fork
+    support on, as here): none may happen, from the embedded Postgres' start to its stop.
+    pgserver's pg_ctl runs were such forks, and one was seen to end in a segmentation fault."""
+    port = _free_port()
+    process = await _start(tmp_path / "data", port, GRPC_ENABLE_FORK_SUPPORT="true")
+    await _wait_serving(port)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 0
+    assert [line for line in stderr.decode().splitlines() if "fork" in line] == []
+    events = [json.loads(line)["event"] for line in stdout.decode().splitlines()]  # every line is JSON
+    assert events[-1] == "server_stopped"
+    assert _postmaster(tmp_path / "data") is None
+
+
+def test_the_tests_postgres_forks_nothing_in_a_process_running_grpc(tmp_path: Path) -> None:
+    """The tests' embedded Postgres (tests/support/pg.py) started, taken away and brought
+    back, and stopped from a process whose gRPC threads run, as a test process's do."""
+    script = f"""
+import asyncio, os, signal, time
+from pathlib import Path
+import grpc
+from regroup.server.embedded import PostgresKeeper
+
+async def main() -> None:
+    server = grpc.aio.server()
+    server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    keeper = await asyncio.to_thread(PostgresKeeper.start, Path({str(tmp_path)!r}), "delete")
+    os.kill(keeper.pid, signal.SIGQUIT)  # an outage, as StoppablePostgres makes one
+    while Path({str(tmp_path / "pgdata" / "postmaster.pid")!r}).exists():
+        await asyncio.sleep(0.05)
+    await asyncio.to_thread(keeper.restart)
+    assert await asyncio.to_thread(keeper.close, 60)
+    await server.stop(0)
+
+asyncio.run(main())
+"""
+    env = {**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "true"}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert [line for line in run.stderr.splitlines() if "fork" in line] == []
+
+
+async def test_a_stop_ends_within_its_bound_whatever_hangs(tmp_path: Path) -> None:
+    """The bound: REGROUP_SHUTDOWN_GRACE_S + 2 x REGROUP_STORE_TIMEOUT_MS + 5 s (docs/operations.md),
+    here 1 + 2 + 5 s, with an OTLP collector that takes connections and never answers (the
+    last metrics and spans cannot be delivered) and a WatchGroup stream open (it would hold
+    the drain for its whole grace)."""
+    bound_s = 1 + 2 * 1 + 5
+    with socket.socket() as collector:
+        collector.bind(("127.0.0.1", 0))
+        collector.listen(64)  # never accepted: every export waits for an answer
+        port = _free_port()
+        process = await _start(
+            tmp_path / "data",
+            port,
+            REGROUP_SHUTDOWN_GRACE_S="1",
+            REGROUP_STORE_TIMEOUT_MS="1000",
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.getsockname()[1]}",
+            OTEL_TRACES_EXPORTER="otlp",
+        )
+        await _wait_serving(port)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            watch = admin_pb2_grpc.GroupAdminStub(channel).WatchGroup(
+                admin_pb2.WatchGroupRequest(group_id="g")
+            )
+            await watch.read()
+            started = time.monotonic()
+            process.send_signal(signal.SIGINT)
+            stdout, _ = await asyncio.wait_for(process.communicate(), timeout=60)
+            took = time.monotonic() - started
+    assert process.returncode == 0
+    assert took < bound_s, f"the stop took {took:.1f} s, beyond its bound of {bound_s} s"
+    assert json.loads(stdout.decode().splitlines()[-1])["event"] == "server_stopped"

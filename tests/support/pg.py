@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import psutil
 
-from regroup.server.embedded import embedded_postgres
+from regroup.server.embedded import PostgresKeeper
 from regroup.server.migrate import apply_migrations
 
 TEMPLATE = "regroup_template"
@@ -33,12 +32,14 @@ def dsn_for(base_dsn: str, database: str) -> str:
 class EmbeddedPostgres:
     def __init__(self) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="regroup-pg-")
-        self._server = embedded_postgres(Path(self._dir.name), cleanup_mode="delete")
-        self.base_dsn = str(self._server.get_uri())
+        # Kept by a process of its own, as the server's: pgserver forks to run pg_ctl, and a
+        # test process runs gRPC threads (server/embedded.py says why that must not happen).
+        self._server = PostgresKeeper.start(Path(self._dir.name), cleanup_mode="delete")
+        self.base_dsn = self._server.dsn
         self._template_ready = False
 
     def close(self) -> None:
-        self._server.cleanup()
+        self._server.close(wait_s=60)
         self._dir.cleanup()
 
     async def _ensure_template(self) -> None:
@@ -90,7 +91,7 @@ class StoppablePostgres(EmbeddedPostgres):
     back on the same socket, so that the same DSN works again."""
 
     def stop_immediately(self, timeout_s: float = 10.0) -> None:
-        pid = self._server.get_pid()
+        pid = self._server.pid
         assert pid is not None
         # SIGQUIT is Postgres' immediate shutdown: no checkpoint, every client cut off.
         os.kill(pid, signal.SIGQUIT)
@@ -101,15 +102,4 @@ class StoppablePostgres(EmbeddedPostgres):
             time.sleep(0.02)
 
     def restart(self, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                self._server.ensure_postgres_running()
-                return
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired, AssertionError):
-                # pg_ctl, forked from a test process full of gRPC threads, has been seen to
-                # die (signal 11) after the server it started came up: adopt that server
-                # once it is ready (pgserver asserts it is, hence AssertionError).
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        self._server.restart(timeout_s)
