@@ -23,6 +23,7 @@ BENCHMARKS = (
     "replicas",
     "streams",
     "failover",
+    "restart",
 )
 
 

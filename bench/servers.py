@@ -17,6 +17,8 @@ from typing import Any
 import asyncpg
 import psutil
 
+from tests.support import child
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -70,21 +72,13 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: flo
     raise RuntimeError(f"server did not listen on {port} in {timeout}s:\n{log.read_text()[-3000:]}")
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: a server outlives no benchmark (Linux PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
-
-
 def _spawn(args: list[str], env: dict[str, str], port: int, name: str, wait: bool = True) -> ServerProcess:
     log = Path(tempfile.mkstemp(prefix=f"regroup-bench-{name}-", suffix=".log")[1])
     with log.open("wb") as out:
+        # A server outlives no benchmark (PR_SET_PDEATHSIG), set up without forking this
+        # process, whose gRPC threads run (tests/support/child.py).
         proc = subprocess.Popen(
-            args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=_die_with_parent
+            child.command(args, die_with_parent=True), env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
         )
     server = ServerProcess(proc, port, log)
     if wait:

@@ -27,6 +27,7 @@ from .clock import Clock, SystemClock
 from .config import ConfigError, Settings
 from .embedded import STOP_WAIT_S, EmbeddedPostgresError, PostgresKeeper
 from .forwarding import Forwarder
+from .identity import ReplicaIdentity, claim_identity
 from .leasekeeper import LeaseSettings
 from .listeners import GRPC_OPTIONS, ListenError, add_port, check_free
 from .migrate import Migration, apply_migrations, discover
@@ -216,6 +217,8 @@ class RegroupServer:
     _own_tracer_provider: Any = None
     #: The embedded Postgres' keeper (None with DATABASE_URL), closed last on stop.
     _embedded: PostgresKeeper | None = None
+    #: Which replica this process is (server/identity.py), held until the stop ends.
+    identity: ReplicaIdentity = field(default_factory=ReplicaIdentity)
 
     @property
     def metrics_port(self) -> int:
@@ -303,17 +306,21 @@ class RegroupServer:
         migrations = find_migrations(self.settings)
         # Before any database is reached, as the migrations: a broken install says so first.
         web_files = load_files() if self.settings.web_view_served() else None
-        dsn, self._embedded = await resolve_database_url(self.settings)
+        self.identity = claim_identity(
+            self.settings.replica_id, not self.settings.database_url, self.settings.data_dir
+        )
         try:
+            dsn, self._embedded = await resolve_database_url(self.settings)
             applied = await run_migrations(dsn, migrations, self.settings.shards)
             if applied:
                 log.info("migrations_applied", migrations=applied)
             self._store = await PostgresStore.connect(
-                dsn, self.settings.replica_id, timeout_s=self.settings.store_timeout_ms / 1000
+                dsn, self.identity.replica_id, timeout_s=self.settings.store_timeout_ms / 1000
             )
         except BaseException:
             embedded, self._embedded = self._embedded, None
             await close_embedded(embedded)
+            self.identity.release()
             raise
         try:
             server, widener = self._bind()
@@ -334,6 +341,7 @@ class RegroupServer:
                 lease_ms=self.settings.lease_ms,
                 renew_ms=self.settings.lease_renew_ms,
                 address=self.address,
+                sole=self.identity.sole,
             ),
         )
         self.coordinator.writer.metrics = self._metrics.metrics
@@ -482,6 +490,7 @@ class RegroupServer:
             await store.close()
         embedded, self._embedded = self._embedded, None
         await close_embedded(embedded)
+        self.identity.release()
         if store is not None:
             log.info("server_stopped")
 

@@ -57,6 +57,10 @@ class LeaseSettings:
     renew_ms: int = 3_000
     #: host:port where other replicas and clients reach this one.
     address: str = ""
+    #: No other process can serve under this replica id while this one runs
+    #: (server/identity.py): leases left under it by an earlier process are taken over at
+    #: once, at new owner epochs, rather than waited for like another replica's.
+    sole: bool = False
 
     @property
     def margin_ms(self) -> int:
@@ -134,13 +138,25 @@ class LeaseKeeper:
         if view is None:
             return NO_PLAN
         me, held = self.replica_id, self.table.held
-        # A lease under this replica's id that it does not hold (left by an earlier
-        # process with the same id) is someone else's until it expires.
-        leases = {
-            s: lease if lease.owner != me or s in held else replace(lease, owner=f"{me} (earlier)")
+        # Leases under this replica's id that it does not hold, left by an earlier process.
+        earlier = sorted(
+            s
             for s, lease in view.leases.items()
-        }
-        return plan(me, self.table.count, leases, view.live, view.db_now_ms)
+            if lease.owner == me and s not in held and not lease.expired(view.db_now_ms)
+        )
+        if not earlier or not self.settings.sole:
+            # Someone else's until they expire: that process may still be running.
+            leases = {
+                s: replace(lease, owner=f"{me} (earlier)") if s in earlier else lease
+                for s, lease in view.leases.items()
+            }
+            return plan(me, self.table.count, leases, view.live, view.db_now_ms)
+        # That process is dead (the id is this process's alone): its leases count as this
+        # replica's share, and are released and acquired again in one round, which gives
+        # them new owner epochs.
+        todo = plan(me, self.table.count, view.leases, view.live, view.db_now_ms)
+        adopted = tuple(s for s in earlier if s not in todo.release)
+        return LeasePlan(tuple(sorted({*todo.acquire, *adopted})), tuple(sorted({*todo.release, *earlier})))
 
     async def round(self) -> bool:
         """One lease round; True when the next plan still acquires or releases."""
@@ -151,10 +167,11 @@ class LeaseKeeper:
         if self._on_round is not None:
             await self._on_round()
         todo = self.next_plan()
-        if todo.release:
-            # Out of memory before the release is sent: nothing is answered for them after.
-            await self._drop(todo.release)
         held = self.table.held
+        released = [s for s in todo.release if s in held]  # not an earlier process's, adopted
+        if released:
+            # Out of memory before the release is sent: nothing is answered for them after.
+            await self._drop(released)
         request = LeaseRequest(
             replica_id=self.replica_id,
             address=self.settings.address,
@@ -202,12 +219,12 @@ class LeaseKeeper:
             else:
                 self.topics_version = answer.topics_version
         self.shards_acquired += len(acquired)
-        self.shards_released += len(todo.release)
-        if todo.release or acquired:
+        self.shards_released += len(released)
+        if released or acquired:
             self.log.info(
                 "shards_changed",
                 acquired=acquired,
-                released=list(todo.release),
+                released=released,
                 held=len(held),
                 live=len(answer.live),
             )

@@ -134,3 +134,12 @@ def test_failover_smoke() -> None:
     # Counts, not timings: each scenario ran and another member was elected.
     assert [r["scenario"] for r in rows] == ["crash", "leave", "stream"]
     assert all(r["trials"] == 1 and r["median_s"] > 0 for r in rows)
+
+
+def test_restart_smoke() -> None:
+    from bench import restart
+
+    # A lease far longer than any start: a restart that waited for it could not pass.
+    rows = restart.main(["--quick", "--modes", "kept", "--lease-ms", "60000"])
+    assert [(r["mode"], r["trials"]) for r in rows] == [("kept", 1)]
+    assert rows[0]["served_in_leases"] < 0.5

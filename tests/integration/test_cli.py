@@ -32,6 +32,7 @@ from regroup.client import ConnectWorker, GroupAdmin, GroupMember, WorkerListene
 from regroup.v1 import coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.integration.test_replicas import FAST, owned_by, spread
+from tests.support import child
 from tests.support.certs import CertificateAuthority
 from tests.support.wire import WireMember, converge
 
@@ -298,18 +299,15 @@ async def terminal(
     env.pop("NO_COLOR", None)
     env.pop("COLUMNS", None)
 
-    def controlling_terminal() -> None:
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
+    # The terminal becomes the CLI's controlling one without forking this process, whose
+    # gRPC threads run (tests/support/child.py).
     process = await asyncio.create_subprocess_exec(
-        *CLI,
-        *args,
+        *child.command([*CLI, *args], controlling_terminal=True),
         stdin=slave,
         stdout=slave,
         stderr=slave,
         env=env,
         start_new_session=True,
-        preexec_fn=controlling_terminal,
     )
     os.close(slave)
     os.set_blocking(master, False)

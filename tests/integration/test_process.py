@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from regroup.server.main import main
-from regroup.v1 import admin_pb2, admin_pb2_grpc
+from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from tests.support.wire import Stubs, WireMember
 
 pytestmark = pytest.mark.integration
@@ -250,3 +250,42 @@ async def test_a_stop_ends_within_its_bound_whatever_hangs(tmp_path: Path) -> No
     assert process.returncode == 0
     assert took < bound_s, f"the stop took {took:.1f} s, beyond its bound of {bound_s} s"
     assert json.loads(stdout.decode().splitlines()[-1])["event"] == "server_stopped"
+
+
+async def test_a_killed_make_run_serves_its_groups_again_at_once_not_after_its_lease(tmp_path: Path) -> None:
+    """The default single-process set-up keeps its replica id in the data directory
+    (server/identity.py): started again after a SIGKILL, it takes its earlier leases over at
+    once. With a minute-long lease, waiting for them would take a minute; the member here
+    keeps its epoch and its partitions."""
+    lease_ms = 60_000
+    port = _free_port()
+    killed = await _start(tmp_path / "data", port, REGROUP_LEASE_MS=str(lease_ms))
+    process = None
+    try:
+        await _wait_serving(port)
+        stubs = Stubs.connect(f"127.0.0.1:{port}")
+        await stubs.create_topic("orders", 3)
+        member = WireMember(stubs.coordinator, "g1", "m", ["orders"])
+        await member.heartbeat()
+        await member.heartbeat()
+        epoch, owned = member.epoch, member.partitions()
+        await stubs.channel.close()
+        killed.kill()
+        await killed.communicate()
+        started = time.monotonic()
+
+        process = await _start(tmp_path / "data", port, REGROUP_LEASE_MS=str(lease_ms))
+        await _wait_serving(port)
+        stubs = Stubs.connect(f"127.0.0.1:{port}")
+        member.stub = stubs.coordinator
+        while (await member.heartbeat()).error_code != common_pb2.NONE:
+            assert time.monotonic() - started < lease_ms / 2000, f"still refused: {member.last}"
+            await asyncio.sleep(0.1)
+        assert (member.epoch, member.partitions()) == (epoch, owned)
+        await stubs.channel.close()
+    finally:
+        if killed.returncode is None:
+            killed.kill()
+            await killed.communicate()
+        if process is not None:
+            await _stop(process)

@@ -27,7 +27,7 @@ from regroup.server.leasekeeper import (
 from regroup.server.leases import fair_share
 from regroup.server.memstore import MemoryDatabase, MemoryStore
 from regroup.server.shards import LeaseNotTrusted, ShardTable
-from regroup.server.store import StoreUnavailable
+from regroup.server.store import NotOwner, StoreUnavailable
 
 SHARDS = 12
 LEASE_MS = 10_000
@@ -35,7 +35,9 @@ SETTINGS = LeaseSettings(shards=SHARDS, lease_ms=LEASE_MS, renew_ms=3_000)
 
 
 class Replica:
-    def __init__(self, name: str, database: MemoryDatabase, clock: ManualClock) -> None:
+    def __init__(
+        self, name: str, database: MemoryDatabase, clock: ManualClock, *, sole: bool = False
+    ) -> None:
         self.store = MemoryStore(name, database)
         self.table = ShardTable(name)
         self.acquired: list[int] = []
@@ -44,7 +46,7 @@ class Replica:
             self.store,
             self.table,
             clock,
-            LeaseSettings(SHARDS, LEASE_MS, 3_000, f"{name}:50051"),
+            LeaseSettings(SHARDS, LEASE_MS, 3_000, f"{name}:50051", sole=sole),
             on_acquired=self._acquired,
             on_lost=self._lost,
             log=structlog.get_logger("test"),
@@ -139,6 +141,60 @@ async def test_a_dead_replicas_shards_are_taken_only_after_its_lease_expires(
     await settle([b], rounds=3)
     assert sorted(b.table.held) == list(range(SHARDS))
     assert all(lease.owner == "b" for lease in database.shard_leases.values())
+
+
+async def test_a_process_restarted_under_a_shared_id_waits_for_its_earlier_leases(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    """REGROUP_REPLICA_ID: another process may run under the same id, so the leases it finds
+    under its id are waited for as another replica's."""
+    killed = Replica("a", database, clock)
+    await killed.keeper.start(run=False)
+    clock.advance(1_000)
+    again = Replica("a", database, clock)
+    await again.keeper.start(run=False)
+    assert again.table.held == {}
+    clock.advance(LEASE_MS - 1_000)
+    await settle([again], rounds=3)
+    assert sorted(again.table.held) == list(range(SHARDS))
+
+
+async def test_a_process_alone_under_its_id_takes_its_earlier_leases_at_once_at_new_epochs(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    """The default single-process set-up (server/identity.py): the earlier process is dead,
+    so its leases are taken over in the restart's first rounds; their new owner epochs fence
+    whatever that process had in flight."""
+    killed = Replica("a", database, clock, sole=True)
+    await killed.keeper.start(run=False)
+    fence = killed.table.fence("g", clock.monotonic_ms())
+    clock.advance(1_000)  # killed: no release
+    again = Replica("a", database, clock, sole=True)
+    await again.keeper.start(run=False)
+    assert sorted(again.table.held) == list(range(SHARDS))
+    assert again.serving(clock.monotonic_ms()) == set(range(SHARDS))
+    assert again.table.fence("g", clock.monotonic_ms()).owner_epoch > fence.owner_epoch
+    with pytest.raises(NotOwner):  # as the Postgres store's fence refuses it
+        killed.store._guard("g", [], fence)
+    assert again.keeper.shards_released == 0  # adopted, not released
+
+
+async def test_a_restart_alone_under_its_id_takes_only_its_fair_share(
+    database: MemoryDatabase, clock: ManualClock
+) -> None:
+    a, b = Replica("a", database, clock, sole=True), Replica("b", database, clock)
+    await a.keeper.start(run=False)
+    await b.keeper.start(run=False)
+    await settle([a, b])
+    mine = sorted(a.table.held)
+    assert len(mine) == SHARDS // 2
+    clock.advance(1_000)  # a is killed
+    again = Replica("a", database, clock, sole=True)
+    await again.keeper.start(run=False)
+    assert sorted(again.table.held) == mine
+    await settle([again, b])
+    assert_safe([again, b], clock)
+    assert sorted(again.table.held) == mine
 
 
 async def _yield(times: int = 50) -> None:
