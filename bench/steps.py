@@ -87,6 +87,9 @@ async def _round(members: _Members, ids: list[str]) -> tuple[float, int]:
 async def _run(dsn: str, n_members: int, partitions: int, rounds: int, history: int) -> dict[str, Any]:
     settings = Settings(
         listen="127.0.0.1:0",
+        # Metrics recorded as a deployment records them, on a free port: the default one
+        # may be a `make run`'s.
+        metrics_listen="127.0.0.1:0",
         database_url=dsn,
         shutdown_grace_s=0.5,
         assignment_interval_ms=0,  # the target is computed by the heartbeat that finds it due

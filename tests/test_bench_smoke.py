@@ -9,9 +9,21 @@ changes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+from tests.support.ports import default_ports_held
+
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _default_ports_taken() -> Iterator[None]:
+    """Every benchmark runs with the default ports taken, as under a `make run`: one that
+    binds a default port fails here instead of on a developer's machine."""
+    with default_ports_held():
+        yield
 
 
 def test_steady_smoke() -> None:

@@ -169,7 +169,17 @@ async def test_migrate_without_migrations_fails_loudly(
 
     result = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "regroup.server", command, "--listen", "127.0.0.1:0"],
+        # No default port (a `make run` may hold it), should `serve` get as far as listening.
+        [
+            sys.executable,
+            "-m",
+            "regroup.server",
+            command,
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "off",
+        ],
         env=env,
         cwd=tmp_path,
         capture_output=True,
