@@ -75,6 +75,10 @@ SECURITY_HEADERS = [
     ("Referrer-Policy", "no-referrer"),
 ]
 
+#: The Server header of every answer: no version of regroup or Python, which would tell
+#: whoever reaches the port what flaws to try.
+SERVER_NAME = "regroup"
+
 #: /api/groups lists at most this many groups (in id order, with the total): the page
 #: polls it every second, and a replica may serve a hundred thousand groups.
 MAX_LISTED_GROUPS = 1000
@@ -269,6 +273,7 @@ class HttpApp:
         self.reader = reader
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        start_response = _named(start_response)
         raw = environ.get("RAW_URI") or environ.get("PATH_INFO", "/")
         path = urllib.parse.urlsplit(raw).path or "/"
         if path == "/metrics" or self.files is None:
@@ -319,6 +324,17 @@ class HttpApp:
         return _answer_json("404 Not Found", {"error": "NOT_FOUND", "message": f"No page at {path}."})
 
 
+def _named(start_response: Callable[..., Any]) -> Callable[..., Any]:
+    """`start_response` with SERVER_NAME as the Server header, which wsgiref then does not
+    add (its own names the Python version)."""
+
+    def start(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+        named = [(k, v) for k, v in headers if k.lower() != "server"]
+        return start_response(status, [*named, ("Server", SERVER_NAME)], *exc_info)
+
+    return start
+
+
 def _limit(query: str) -> int:
     values = urllib.parse.parse_qs(query).get("limit")
     if not values:
@@ -339,7 +355,13 @@ def _answer_json(status: str, body: Mapping[str, Any]) -> tuple[str, list[tuple[
 
 class _Handler(WSGIRequestHandler):
     """Logs nothing (a request per second per open page), and hands the app the path as
-    sent (RAW_URI, as gunicorn names it): wsgiref's PATH_INFO has %2F decoded already."""
+    sent (RAW_URI, as gunicorn names it): wsgiref's PATH_INFO has %2F decoded already.
+    Its own answers (a malformed request) name the server as the app's do."""
+
+    server_version = SERVER_NAME
+
+    def version_string(self) -> str:
+        return SERVER_NAME
 
     def get_environ(self) -> dict[str, Any]:
         environ: dict[str, Any] = super().get_environ()

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
@@ -165,6 +166,32 @@ async def test_the_page_and_its_files_are_served_with_their_types(start_service:
         assert answer.headers["X-Content-Type-Options"] == "nosniff", path
     head = await get(service, "/", method="HEAD")
     assert head.status == 200 and head.body == b""
+
+
+async def test_the_server_header_names_no_python_version(start_service: ServiceFactory) -> None:
+    """The port answers `Server: regroup`, not wsgiref's `WSGIServer/0.2 CPython/3.11.7`, which
+    tells whoever reaches it which interpreter to look up flaws of: on a page, on /metrics,
+    with the view off, and on a request too malformed to reach the app."""
+    service = await started_with_a_group(start_service)
+    off = await start_service(metrics_listen="127.0.0.1:0", web_view=False)
+    for server, path in ((service, "/"), (service, "/api/groups"), (service, "/metrics"), (off, "/")):
+        answer = await get(server, path)
+        assert answer.status == 200, path
+        assert answer.headers["Server"] == "regroup", (path, answer.headers)
+    too_many_headers = b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 101 + b"\r\n"  # answered by http.server
+    raw = await asyncio.to_thread(_raw_request, service.server.metrics_port, too_many_headers)
+    assert raw.startswith(b"HTTP/1.0 431"), raw
+    assert b"\r\nServer: regroup\r\n" in raw, raw
+    assert b"Python" not in raw, raw
+
+
+def _raw_request(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    return answer
 
 
 def _write_acl(path: Path) -> Path:

@@ -126,4 +126,4 @@ def test_failed_reads_answer_json_errors(error: BaseException, status: str, code
 def test_without_the_view_every_path_is_the_metrics() -> None:
     app = HttpApp(metrics)
     for path in ("/", "/metrics", "/api/groups", "/anything"):
-        assert call(app, path) == ("200 OK", {"Content-Type": "text/plain"}, b"metrics")
+        assert call(app, path) == ("200 OK", {"Content-Type": "text/plain", "Server": "regroup"}, b"metrics")
