@@ -175,14 +175,40 @@ def certificate_principal(context: Any) -> str | None:
     return None
 
 
-def refusal(resource_type: ResourceType, name: str, operation: Operation, principal: str) -> ApiError:
-    what = {"group": "group", "topic": "topic", "cluster": "cluster"}[resource_type]
-    message = f"{principal} may not {operation} {what} {name!r}."
+#: What each ACL operation lets a principal do, as the verb of a refusal's sentence.
+DOING: dict[Operation, str] = {
+    "member": "be a member of",
+    "describe": "describe",
+    "admin": "administer",
+    "forward": "forward calls to",
+}
+
+
+def refusal(
+    resource_type: ResourceType, name: str, operation: Operation, principal: str, *, audit: bool = True
+) -> ApiError:
+    """The error refusing `principal` `operation` on the resource, a sentence such as
+    "User:eve may not be a member of group 'g1'."; logged as `access_refused` (the audit
+    trail: who was refused what, never their credential) unless `audit` is False (the
+    refusal is only looked at, and made again where it is answered)."""
+    message = f"{principal} may not {DOING[operation]} {resource_type} {name!r}."
+    if audit:
+        _log_refused(principal, operation, resource_type, resource_name=name)
     if resource_type == "group":
         return GroupAuthorizationFailed(message)
     if resource_type == "topic":
         return TopicAuthorizationFailed(message)
     return ClusterAuthorizationFailed(message)
+
+
+#: A client's string (a regex) is logged up to this many characters.
+MAX_LOGGED = 256
+
+
+def _log_refused(principal: str, operation: Operation, resource_type: ResourceType, **resource: Any) -> None:
+    log.info(
+        "access_refused", principal=principal, operation=operation, resource_type=resource_type, **resource
+    )
 
 
 class Access:
@@ -222,6 +248,13 @@ class Access:
             if authorizer is not None and (
                 replica is None or not authorizer.allows(replica, "forward", "cluster", CLUSTER)
             ):
+                _log_refused(
+                    replica or ANONYMOUS,
+                    "forward",
+                    "cluster",
+                    resource_name=CLUSTER,
+                    forwarded_for=forwarded_for[:MAX_LOGGED],
+                )
                 raise ClusterAuthorizationFailed(
                     f"The call says it was forwarded for {forwarded_for}, but its caller "
                     f"({replica or ANONYMOUS}) is not granted forward on the cluster."
@@ -238,13 +271,16 @@ class Access:
         principal = None if self.tokens is None else self.tokens.current.principal(token.strip())
         if principal is None:
             # The token itself is never logged or echoed.
+            log.info("access_unauthenticated", reason="unknown bearer token")
             raise Unauthenticated(f"Unknown bearer token (not in {TOKENS_FILE}).")
         return principal
 
 
-def subscription_refusal(caller: Caller, request: Any, coordinator: Any) -> ApiError | None:
+def subscription_refusal(
+    caller: Caller, request: Any, coordinator: Any, *, audit: bool = True
+) -> ApiError | None:
     """TOPIC_AUTHORIZATION_FAILED for a consumer heartbeat whose subscription reaches
-    topics the principal may not describe, else None.
+    topics the principal may not describe, else None; logged as `refusal` logs.
 
     Topic names sent in the request are checked as Kafka checks them (the names it may
     not describe are listed: the caller named them). A regex, the request's or the one
@@ -263,7 +299,10 @@ def subscription_refusal(caller: Caller, request: Any, coordinator: Any) -> ApiE
             if not authorizer.allows(principal, "describe", "topic", n)
         ]
         if hidden:
-            return TopicAuthorizationFailed(f"{principal} may not describe topics {sorted(set(hidden))}.")
+            names = sorted(set(hidden))
+            if audit:
+                _log_refused(principal, "describe", "topic", resource_names=names)
+            return TopicAuthorizationFailed(f"{principal} may not describe topics {names}.")
     regex: str | None = request.subscribed_topic_regex if request.HasField("subscribed_topic_regex") else None
     if regex is None and request.member_id:
         group = coordinator.group(request.group_id)
@@ -281,6 +320,8 @@ def subscription_refusal(caller: Caller, request: Any, coordinator: Any) -> ApiE
         if not authorizer.allows(principal, "describe", "topic", image.by_id[topic_id].name)
     )
     if hidden_count:
+        if audit:  # the topics are not named: the caller did not name them either
+            _log_refused(principal, "describe", "topic", regex=regex[:MAX_LOGGED], topics=hidden_count)
         return TopicAuthorizationFailed(
             f"The subscription regex matches {hidden_count} topic(s) {principal} may not describe."
         )

@@ -123,16 +123,19 @@ async def _served_as(
         access.leave(token)
 
 
-def _request_refusal(rule: Rule, caller: Caller, request: Any, coordinator: Coordinator) -> ApiError | None:
-    """Why the call may not go on, for RPCs about one group (items are checked by their handlers)."""
+def _request_refusal(
+    rule: Rule, caller: Caller, request: Any, coordinator: Coordinator, *, audit: bool = True
+) -> ApiError | None:
+    """Why the call may not go on, for RPCs about one group (items are checked by their
+    handlers); logged unless `audit` is False (see access.refusal)."""
     if rule.scope != "request" or caller.authorizer is None:
         return None
     operation = rule.operation_for(request)
     group_id: str = request.group_id
     if not caller.allowed(operation, rule.resource_type, group_id):
-        return access.refusal(rule.resource_type, _echo(group_id), operation, caller.principal)
+        return access.refusal(rule.resource_type, _echo(group_id), operation, caller.principal, audit=audit)
     if rule.subscription:
-        return access.subscription_refusal(caller, request, coordinator)
+        return access.subscription_refusal(caller, request, coordinator, audit=audit)
     return None
 
 
@@ -385,8 +388,8 @@ class GroupCoordinatorService(coordinator_pb2_grpc.GroupCoordinatorServicer):
             return None
         if caller is not None:
             rule = access.RULES[(self.SERVICE, _HEARTBEAT_RPC[kind])]
-            if _request_refusal(rule, caller, request, coordinator) is not None:
-                return None  # refused as the unary RPC refuses, in `_serve_later`
+            if _request_refusal(rule, caller, request, coordinator, audit=False) is not None:
+                return None  # refused (and logged) as the unary RPC refuses, in `_serve_later`
         if kind == "consumer":
             response = coordinator.answer_heartbeat_now(mapping.heartbeat_from_pb(request, ""))
             return None if response is None else mapping.heartbeat_to_pb(response, coordinator.image)

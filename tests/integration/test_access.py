@@ -237,6 +237,64 @@ async def test_every_rpc_refuses_a_principal_without_the_right_and_changes_nothi
     assert await state(guarded) == before
 
 
+@pytest.mark.heartbeat_transports()
+async def test_a_refusal_reads_as_a_sentence_and_is_logged_without_the_token(
+    start_service: ServiceFactory, tmp_path: Path
+) -> None:
+    """Each refusal answers a sentence naming the principal, what it may not do and on
+    what, and logs one `access_refused` line with those fields (an audit trail), never
+    the token the caller sent."""
+    from structlog.testing import capture_logs
+
+    token = "eve-token-0f3a9c"  # nothing else in the test says it: found in a log, it leaked
+    settings = files(tmp_path)
+    settings["tokens_file"].write_text(
+        json.dumps(
+            [
+                {"principal": p, "sha256": hashlib.sha256(t.encode()).hexdigest()}
+                for t, p in ((token, "User:eve"), ("alice", "User:alice"), ("admin", "User:admin"))
+            ]
+        )
+    )
+    service = await start_service(**settings)
+    c, a = service.stubs.coordinator, service.stubs.admin
+    await a.CreateTopics(
+        admin_pb2.CreateTopicsRequest(topics=[admin_pb2.CreatableTopic(name="secret", num_partitions=1)]),
+        metadata=ADMIN,
+    )
+    eve = auth(token)
+    beat = join("g1")
+    beat.member_epoch = 1  # one a MemberStream would answer at once if it were allowed
+    with capture_logs() as logs:
+        joined = await c.ConsumerGroupHeartbeat(join("g1", ["orders"]), metadata=eve)
+        await c.ConsumerGroupHeartbeat(beat, metadata=eve)
+        subscribed = await c.ConsumerGroupHeartbeat(join("team-9", ["orders", "secret"]), metadata=ALICE)
+        described = await a.DescribeGroups(admin_pb2.DescribeGroupsRequest(group_ids=["g2"]), metadata=eve)
+        deleted = await a.DeleteGroups(admin_pb2.DeleteGroupsRequest(group_ids=["g3"]), metadata=eve)
+        created = await a.CreateTopics(
+            admin_pb2.CreateTopicsRequest(topics=[admin_pb2.CreatableTopic(name="t1", num_partitions=1)]),
+            metadata=eve,
+        )
+    assert joined.error_message == "User:eve may not be a member of group 'g1'."
+    assert described.groups[0].error_message == "User:eve may not describe group 'g2'."
+    assert deleted.results[0].error_message == "User:eve may not administer group 'g3'."
+    assert created.topics[0].error_message == "User:eve may not administer topic 't1'."
+    assert subscribed.error_message == "User:alice may not describe topics ['secret']."
+    refused = [e for e in logs if e["event"] == "access_refused"]
+    assert [
+        (e["principal"], e["operation"], e["resource_type"], e.get("resource_name", e.get("resource_names")))
+        for e in refused
+    ] == [
+        ("User:eve", "member", "group", "g1"),
+        ("User:eve", "member", "group", "g1"),  # once, also when a stream looked at it first
+        ("User:alice", "describe", "topic", ["secret"]),
+        ("User:eve", "describe", "group", "g2"),
+        ("User:eve", "admin", "group", "g3"),
+        ("User:eve", "admin", "topic", "t1"),
+    ]
+    assert token not in repr(logs)
+
+
 async def test_members_commit_and_see_only_what_they_may(guarded: Service) -> None:
     c, a = guarded.stubs.coordinator, guarded.stubs.admin
     # Subscriptions: every topic named must be describable; a regex may match only such topics.

@@ -184,3 +184,54 @@ def test_an_open_server_beyond_loopback_says_so_once_at_start(tmp_path: Path) ->
         warn_if_open(Settings(listen="0.0.0.0:50051"), gate(tmp_path, []))
         warn_if_open(Settings(listen="0.0.0.0:50051"), Access())
     assert [e["event"] for e in logs] == ["access_control_off"]
+
+
+@pytest.mark.parametrize(
+    ("operation", "resource_type", "sentence"),
+    [
+        ("member", "group", "User:x may not be a member of group 'g1'."),
+        ("describe", "group", "User:x may not describe group 'g1'."),
+        ("admin", "group", "User:x may not administer group 'g1'."),
+        ("describe", "topic", "User:x may not describe topic 'g1'."),
+        ("admin", "topic", "User:x may not administer topic 'g1'."),
+        ("forward", "cluster", "User:x may not forward calls to cluster 'g1'."),
+    ],
+)
+def test_a_refusal_is_a_sentence_and_an_audit_line(operation: Any, resource_type: Any, sentence: str) -> None:
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        error = access.refusal(resource_type, "g1", operation, "User:x")
+        quiet = access.refusal(resource_type, "g1", operation, "User:x", audit=False)
+    assert error.message == quiet.message == sentence
+    assert logs == [
+        {
+            "event": "access_refused",
+            "log_level": "info",
+            "principal": "User:x",
+            "operation": operation,
+            "resource_type": resource_type,
+            "resource_name": "g1",
+        }
+    ]
+
+
+def test_credentials_refused_are_logged_without_the_credential(tmp_path: Path) -> None:
+    """An unknown token, and a claim to forward for someone from a caller not granted
+    `forward`, leave a line each; the token is in neither."""
+    from structlog.testing import capture_logs
+
+    checks = gate(tmp_path, [])
+    with capture_logs() as logs:
+        with pytest.raises(Unauthenticated):
+            checks.caller(Context({"authorization": "Bearer guessed-7c1d"}))
+        with pytest.raises(ClusterAuthorizationFailed):
+            checks.caller(Context({access.PRINCIPAL: "User:dave"}, {"x509_common_name": [b"bob"]}))
+    assert [e["event"] for e in logs] == ["access_unauthenticated", "access_refused"]
+    assert (logs[1]["principal"], logs[1]["operation"], logs[1]["resource_type"]) == (
+        "User:bob",
+        "forward",
+        "cluster",
+    )
+    assert logs[1]["forwarded_for"] == "User:dave"
+    assert "guessed-7c1d" not in repr(logs)
