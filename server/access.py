@@ -27,6 +27,7 @@ tests/unit/server/test_access.py checks that every RPC in the proto has a rule.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +44,15 @@ from regroup.reconciler.errors import (
 )
 from regroup.reconciler.subscription import stored_regex
 
-from .aclfile import ACL_FILE, TOKENS_FILE, Tokens, WatchedFile, load_acl, load_tokens
+from .aclfile import (
+    ACL_FILE,
+    DEFAULT_CHECK_INTERVAL_S,
+    TOKENS_FILE,
+    Tokens,
+    WatchedFile,
+    load_acl,
+    load_tokens,
+)
 from .authz import ANONYMOUS, CLUSTER, Authorizer, Operation, ResourceType
 
 log = structlog.get_logger("regroup")
@@ -230,6 +239,18 @@ class Access:
         acl = None if acl_file is None else WatchedFile(ACL_FILE, acl_file, load_acl)
         tokens = None if tokens_file is None else WatchedFile(TOKENS_FILE, tokens_file, load_tokens)
         return cls(acl, tokens)
+
+    async def watch(self, interval_s: float = DEFAULT_CHECK_INTERVAL_S) -> None:
+        """Looks at the files every `interval_s` until cancelled (a task of the server), so
+        that a change is taken and logged within that time even when no call reads them."""
+        watched = [f for f in (self.acl, self.tokens) if f is not None]
+        while watched:
+            await asyncio.sleep(interval_s)
+            for file in watched:
+                try:
+                    file.check()
+                except Exception:  # a bug must not end the watch: calls still look themselves
+                    log.exception("access_file_check_failed", setting=file.setting, path=str(file.path))
 
     def caller(self, context: Any) -> Caller:
         """Who makes this call (see the module's docs). Unauthenticated for an unknown

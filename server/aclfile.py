@@ -17,6 +17,10 @@ The tokens file holds hashes only: a leaked copy does not give the tokens away.
 `WatchedFile` stats its path at most once a `check_interval_s` (as server/tls.py
 does for certificates) and re-reads it when what the path leads to changed; a
 new content that does not load is refused with a warning, and the one in use kept.
+It looks when a call reads the content, and when `Access.watch` (a task of the
+server) looks every interval, so that a change is taken, and logged, within the
+interval even while no call comes: the operator who edits the file sees at once
+whether it was taken or refused.
 """
 
 from __future__ import annotations
@@ -178,6 +182,11 @@ class WatchedFile(Generic[T]):
             self._checked_at = now
             self._check()
         return self._current
+
+    def check(self) -> None:
+        """Looks at the file now, and takes (or refuses) a change."""
+        self._checked_at = self._clock()
+        self._check()
 
     def _check(self) -> None:
         seen = file_signature(self.path)

@@ -233,6 +233,8 @@ class RegroupServer:
 
     #: The ACL and tokens in use (both off without REGROUP_ACL_FILE and REGROUP_TOKENS_FILE).
     access: Access = field(default_factory=Access)
+    #: Looks at their files every second (Access.watch), calls or not.
+    _access_watch: asyncio.Task[None] | None = None
 
     def check_listeners(self) -> None:
         """ListenError for the first listening address (API, health, metrics and web view)
@@ -400,6 +402,8 @@ class RegroupServer:
         self._watch = StoreWatch(self._store.ping, self._store_changed, self.settings.store_check_ms / 1000)
         self.coordinator.watch = self._watch
         self._watch.start()
+        if self.access.enabled:
+            self._access_watch = asyncio.create_task(self.access.watch(), name="regroup-access-watch")
         host = self.settings.listen.rpartition(":")[0]
         log.info(
             "server_started",
@@ -449,6 +453,11 @@ class RegroupServer:
         watch, self._watch = self._watch, None
         if watch is not None:
             await watch.stop()
+        access_watch, self._access_watch = self._access_watch, None
+        if access_watch is not None:
+            access_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await access_watch
         if health_servicer is not None:
             await health_servicer.enter_graceful_shutdown()
         if coordinator is not None:

@@ -362,6 +362,35 @@ async def test_the_acl_file_is_reread_when_it_changes(guarded: Service) -> None:
         await asyncio.sleep(0.2)
 
 
+async def test_a_changed_acl_file_is_taken_and_logged_without_waiting_for_a_call(
+    start_service: ServiceFactory, tmp_path: Path
+) -> None:
+    """An operator who edits the ACL sees access_file_reloaded within the check interval
+    (a second), not whenever the next call happens to come; a broken edit is refused
+    (access_file_refused) as soon."""
+    from structlog.testing import capture_logs
+
+    service = await start_service(**files(tmp_path))
+    acl = service.server.access.acl
+    assert acl is not None and acl.reloads == 0
+    with capture_logs() as logs:
+        write_acl(acl.path, [*BASE_ACL, grant("User:eve", "describe", "group", "eve-", "prefixed")])
+        await until(lambda: acl.reloads == 1, "the changed ACL was never taken without a call")
+        acl.path.with_suffix(".new").write_text("[{broken")
+        acl.path.with_suffix(".new").replace(acl.path)
+        await until(lambda: acl.refused == 1, "the broken ACL was never looked at without a call")
+    events = [e["event"] for e in logs if e["event"].startswith("access_file_")]
+    assert events == ["access_file_reloaded", "access_file_refused"]
+    assert len(acl.current) == len(BASE_ACL) + 1  # the broken one refused, the last good one kept
+
+
+async def until(condition: Any, failure: str, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        await asyncio.sleep(0.02)
+
+
 async def test_bad_access_files_stop_the_start(start_service: ServiceFactory, tmp_path: Path) -> None:
     bad = write_acl(tmp_path / "acl.json", [grant("User:alice", "member", "topic", "t")])
     with pytest.raises(

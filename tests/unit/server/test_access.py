@@ -235,3 +235,25 @@ def test_credentials_refused_are_logged_without_the_credential(tmp_path: Path) -
     )
     assert logs[1]["forwarded_for"] == "User:dave"
     assert "guessed-7c1d" not in repr(logs)
+
+
+async def test_the_watch_takes_a_change_that_no_call_reads(tmp_path: Path) -> None:
+    import asyncio
+    import contextlib
+    import time
+
+    checks = gate(tmp_path, [])
+    assert checks.acl is not None and checks.tokens is not None
+    watch = asyncio.create_task(checks.watch(interval_s=0.01))
+    try:
+        (tmp_path / "acl.json").write_text(json.dumps([ALICE]))
+        (tmp_path / "tokens.json").write_text("[]")
+        deadline = time.monotonic() + 10
+        while (checks.acl.reloads, checks.tokens.reloads) != (1, 1):
+            assert time.monotonic() < deadline, "the watch never took the changes"
+            await asyncio.sleep(0.01)
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+    assert len(checks.acl.current) == 1
