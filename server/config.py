@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,46 +147,140 @@ class Settings:
         )
 
 
-_ENV = {
-    "listen": "REGROUP_LISTEN",
-    "database_url": "DATABASE_URL",
-    "data_dir": "REGROUP_DATA_DIR",
-    "session_timeout_ms": "REGROUP_SESSION_TIMEOUT_MS",
-    "heartbeat_interval_ms": "REGROUP_HEARTBEAT_INTERVAL_MS",
-    "max_group_size": "REGROUP_MAX_GROUP_SIZE",
-    "assignors": "REGROUP_ASSIGNORS",
-    "assignment_interval_ms": "REGROUP_ASSIGNMENT_INTERVAL_MS",
-    "inline_assignment_max_partitions": "REGROUP_INLINE_ASSIGNMENT_MAX_PARTITIONS",
-    "max_message_bytes": "REGROUP_MAX_MESSAGE_BYTES",
-    "offsets_retention_ms": "REGROUP_OFFSETS_RETENTION_MS",
-    "offsets_retention_check_ms": "REGROUP_OFFSETS_RETENTION_CHECK_MS",
-    "shutdown_grace_s": "REGROUP_SHUTDOWN_GRACE_S",
-    "accept_depth": "REGROUP_ACCEPT_DEPTH",
-    "store_check_ms": "REGROUP_STORE_CHECK_MS",
-    "store_timeout_ms": "REGROUP_STORE_TIMEOUT_MS",
-    "log_level": "REGROUP_LOG_LEVEL",
-    "replica_id": "REGROUP_REPLICA_ID",
-    "migrations_dir": "REGROUP_MIGRATIONS_DIR",
-    "shards": "REGROUP_SHARDS",
-    "lease_ms": "REGROUP_LEASE_MS",
-    "lease_renew_ms": "REGROUP_LEASE_RENEW_MS",
-    "advertised_address": "REGROUP_ADVERTISED_ADDRESS",
-    "forward": "REGROUP_FORWARD",
-    "metrics_listen": "REGROUP_METRICS_LISTEN",
-    "web_view": "REGROUP_WEB_VIEW",
-    "health_listen": "REGROUP_HEALTH_LISTEN",
-    "tls_cert": "REGROUP_TLS_CERT",
-    "tls_key": "REGROUP_TLS_KEY",
-    "tls_client_ca": "REGROUP_TLS_CLIENT_CA",
-    "tls_ca": "REGROUP_TLS_CA",
-    "acl_file": ACL_FILE,
-    "tokens_file": TOKENS_FILE,
-    "stream_max_batch": "REGROUP_STREAM_MAX_BATCH",
-    "stream_max_members": "REGROUP_STREAM_MAX_MEMBERS",
-    "stream_max_pending": "REGROUP_STREAM_MAX_PENDING",
-    "history_max_events": "REGROUP_HISTORY_MAX_EVENTS",
-    "history_max_age_ms": "REGROUP_HISTORY_MAX_AGE_MS",
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A setting as `--help` shows it: its environment variable, what it does, and its
+    default in words when the Settings default alone would not say (None: that default)."""
+
+    env: str
+    help: str
+    default: str | None = None
+
+
+#: Every setting, by Settings field: its flag is --<field with dashes>.
+OPTIONS: dict[str, Option] = {
+    "listen": Option("REGROUP_LISTEN", "host:port the gRPC API listens on; 0.0.0.0:50051 in the image"),
+    "database_url": Option("DATABASE_URL", "Postgres DSN", "unset: an embedded Postgres under --data-dir"),
+    "data_dir": Option("REGROUP_DATA_DIR", "where the embedded Postgres keeps its data"),
+    "session_timeout_ms": Option("REGROUP_SESSION_TIMEOUT_MS", "a member silent for this long is removed"),
+    "heartbeat_interval_ms": Option(
+        "REGROUP_HEARTBEAT_INTERVAL_MS", "heartbeat interval given to members; below the session timeout"
+    ),
+    "max_group_size": Option(
+        "REGROUP_MAX_GROUP_SIZE",
+        "most members a group may have; more get GROUP_MAX_SIZE_REACHED",
+        "unbounded",
+    ),
+    "assignors": Option(
+        "REGROUP_ASSIGNORS", "server assignors offered, comma-separated; the first is the default"
+    ),
+    "assignment_interval_ms": Option(
+        "REGROUP_ASSIGNMENT_INTERVAL_MS",
+        "at most one target computation per group per interval; 0 on every change",
+    ),
+    "inline_assignment_max_partitions": Option(
+        "REGROUP_INLINE_ASSIGNMENT_MAX_PARTITIONS",
+        "groups over more partitions get their target computed in a worker process",
+    ),
+    "max_message_bytes": Option("REGROUP_MAX_MESSAGE_BYTES", "largest request or response accepted"),
+    "offsets_retention_ms": Option(
+        "REGROUP_OFFSETS_RETENTION_MS",
+        "an empty group's offsets expire this long after their commit; 0 keeps them",
+    ),
+    "offsets_retention_check_ms": Option(
+        "REGROUP_OFFSETS_RETENTION_CHECK_MS", "how often expired offsets are looked for"
+    ),
+    "shutdown_grace_s": Option(
+        "REGROUP_SHUTDOWN_GRACE_S", "seconds in-flight calls may take to finish on SIGTERM"
+    ),
+    "accept_depth": Option(
+        "REGROUP_ACCEPT_DEPTH", "calls requested from gRPC core at once per method; 1 is grpc.aio's own"
+    ),
+    "store_check_ms": Option(
+        "REGROUP_STORE_CHECK_MS", "how often Postgres is pinged; readiness is NOT_SERVING while it fails"
+    ),
+    "store_timeout_ms": Option(
+        "REGROUP_STORE_TIMEOUT_MS", "connecting to Postgres and each statement give up after this long"
+    ),
+    "log_level": Option("REGROUP_LOG_LEVEL", "debug, info, warning or error; JSON lines on stdout"),
+    "replica_id": Option(
+        "REGROUP_REPLICA_ID", "this replica's name in the shard leases", "a new one per process"
+    ),
+    "migrations_dir": Option(
+        "REGROUP_MIGRATIONS_DIR",
+        "a folder of NNNN_description.sql migrations to apply instead of regroup's own",
+        "the migrations inside the installed package",
+    ),
+    "shards": Option(
+        "REGROUP_SHARDS", "groups are spread over this many shards; fixed when the database is first used"
+    ),
+    "lease_ms": Option(
+        "REGROUP_LEASE_MS",
+        "a shard's lease lasts this long without renewal: a killed replica's groups wait as long",
+    ),
+    "lease_renew_ms": Option(
+        "REGROUP_LEASE_RENEW_MS", "how often a replica renews its leases", "3/10 of --lease-ms"
+    ),
+    "advertised_address": Option(
+        "REGROUP_ADVERTISED_ADDRESS",
+        "host:port where other replicas and clients reach this replica",
+        "the listen address, with this host's name when it listens on every interface",
+    ),
+    "forward": Option(
+        "REGROUP_FORWARD", "forward calls for another replica's groups to it; false answers NOT_COORDINATOR"
+    ),
+    "metrics_listen": Option(
+        "REGROUP_METRICS_LISTEN",
+        "host:port of the Prometheus /metrics endpoint and the web view, or off; "
+        "REGROUP_HTTP_LISTEN is another name for it",
+    ),
+    "web_view": Option(
+        "REGROUP_WEB_VIEW",
+        "serve the read-only web view on the metrics port: on or off",
+        "on without --acl-file, off with it; off in the image",
+    ),
+    "health_listen": Option(
+        "REGROUP_HEALTH_LISTEN", "host:port of a plain-text port serving only the gRPC health service, or off"
+    ),
+    "tls_cert": Option(
+        "REGROUP_TLS_CERT",
+        "PEM certificate and chain the server presents; with --tls-key, TLS only",
+        "unset: plain text",
+    ),
+    "tls_key": Option("REGROUP_TLS_KEY", "PEM private key of --tls-cert", "unset"),
+    "tls_client_ca": Option(
+        "REGROUP_TLS_CLIENT_CA",
+        "mTLS: clients must present a certificate signed by one of these PEM CA certificates",
+        "unset",
+    ),
+    "tls_ca": Option(
+        "REGROUP_TLS_CA",
+        "PEM CA certificates that verify the other replicas' certificates when forwarding",
+        "the client CA, else the system's roots",
+    ),
+    "acl_file": Option(
+        ACL_FILE, "JSON or YAML ACL: who may do what on which groups and topics", "unset: all allowed"
+    ),
+    "tokens_file": Option(
+        TOKENS_FILE, "JSON or YAML list of bearer tokens' SHA-256 hashes and principals", "unset"
+    ),
+    "stream_max_batch": Option(
+        "REGROUP_STREAM_MAX_BATCH", "most heartbeats one MemberStream message may carry"
+    ),
+    "stream_max_members": Option("REGROUP_STREAM_MAX_MEMBERS", "most members one MemberStream may carry"),
+    "stream_max_pending": Option(
+        "REGROUP_STREAM_MAX_PENDING", "most answers that may wait for a stream's client before it is closed"
+    ),
+    "history_max_events": Option(
+        "REGROUP_HISTORY_MAX_EVENTS", "each group keeps its newest this many history events; 0 keeps none"
+    ),
+    "history_max_age_ms": Option(
+        "REGROUP_HISTORY_MAX_AGE_MS", "history events older than this are deleted; 0 keeps them"
+    ),
 }
+
+_ENV = {field: option.env for field, option in OPTIONS.items()}
+
 
 #: The most shards a database may be split into.
 MAX_SHARDS = 4096
@@ -193,9 +288,26 @@ MAX_SHARDS = 4096
 MAX_LEASE_MS = 86_400_000
 
 
+def flag(field: str) -> str:
+    return f"--{field.replace('_', '-')}"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    for field, env in _ENV.items():
-        parser.add_argument(f"--{field.replace('_', '-')}", dest=field, default=None, help=f"(env {env})")
+    defaults = Settings()
+    for field, option in OPTIONS.items():
+        default = option.default if option.default is not None else _shown(getattr(defaults, field))
+        text = f"{option.help} (env {option.env}, default: {default})"
+        # %-escaped: argparse formats help strings with the action's attributes.
+        parser.add_argument(flag(field), dest=field, default=None, help=text.replace("%", "%%"))
+
+
+def _shown(value: object) -> str:
+    """A default as it would be written in the variable."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
 
 
 def flag_environment(args: argparse.Namespace) -> dict[str, str]:
@@ -206,29 +318,54 @@ def flag_environment(args: argparse.Namespace) -> dict[str, str]:
 
 
 def load_settings(env: Mapping[str, str], args: argparse.Namespace | None = None) -> Settings:
+    """The settings from the flags in `args`, else `env`. A ConfigError names each setting
+    as the user gave it: --lease-ms when it came from the flag, REGROUP_LEASE_MS otherwise."""
     raw: dict[str, str] = {}
+    given: dict[str, str] = {}  # variable -> the flag or other variable that set it
     for field, name in _ENV.items():
         value = getattr(args, field, None) if args is not None else None
         if value is None:
             value = env.get(name)
+        else:
+            given[name] = flag(field)
         if value not in (None, ""):
             raw[field] = str(value)
-    _alias(raw, env, "metrics_listen", HTTP_LISTEN_ALIAS)
-    return _parse(raw)
+    try:
+        if _alias(raw, env, "metrics_listen", HTTP_LISTEN_ALIAS):
+            given[_ENV["metrics_listen"]] = HTTP_LISTEN_ALIAS
+        return _parse(raw)
+    except ConfigError as e:
+        raise ConfigError(_as_given(str(e), given)) from None
+
+
+def _as_given(message: str, given: Mapping[str, str]) -> str:
+    """`message` with each variable renamed to what the user set it by. Messages, here and
+    in aclfile.py and tls.py, name settings by their variables; only whole names are
+    replaced (REGROUP_TLS_CA is not a part of REGROUP_TLS_CLIENT_CA)."""
+    renamed = {env: name for env, name in given.items() if env != name}
+    if not renamed:
+        return message
+    names = sorted(renamed, key=len, reverse=True)
+    pattern = re.compile(r"(?<![A-Z0-9_])(" + "|".join(map(re.escape, names)) + r")(?![A-Z0-9_])")
+    return pattern.sub(lambda m: renamed[m[1]], message)
 
 
 #: The metrics port also serves the web view: REGROUP_HTTP_LISTEN names it too.
 HTTP_LISTEN_ALIAS = "REGROUP_HTTP_LISTEN"
 
 
-def _alias(raw: dict[str, str], env: Mapping[str, str], field: str, alias: str) -> None:
-    """Takes `field` from `alias` when only the alias is set; both set differently is an error."""
+def _alias(raw: dict[str, str], env: Mapping[str, str], field: str, alias: str) -> bool:
+    """Takes `field` from `alias` when only the alias is set (True then); both set
+    differently is an error."""
     value = env.get(alias)
     if not value:
-        return
-    if field in raw and raw[field] != value:
-        raise ConfigError(f"{alias} ({value!r}) and {_ENV[field]} ({raw[field]!r}) name different ports.")
+        return False
+    if field in raw:
+        if raw[field] != value:
+            raise ConfigError(f"{alias} ({value!r}) and {_ENV[field]} ({raw[field]!r}) name different ports.")
+        return False
     raw[field] = value
+    return True
 
 
 def _int(raw: Mapping[str, str], field: str, default: int, minimum: int) -> int:

@@ -99,17 +99,30 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(coro)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line; every setting's flag says its variable and default (config.OPTIONS)."""
     parser = argparse.ArgumentParser(prog="regroup-server", description="regroup group coordinator")
-    parser.add_argument("command", nargs="?", choices=["serve", "migrate", "cluster"], default="serve")
+    parser.add_argument(
+        "command",
+        nargs="?",
+        choices=["serve", "migrate", "cluster"],
+        default="serve",
+        help="serve (the default), migrate (apply the migrations and exit), or cluster (replicas "
+        "on one Postgres, to try failover by hand)",
+    )
     parser.add_argument(
         "--replicas",
         type=int,
         default=DEFAULT_REPLICAS,
-        help="cluster: how many replicas, on consecutive ports from --listen",
+        help="cluster: how many replicas, on consecutive ports from --listen "
+        f"(no environment variable, default: {DEFAULT_REPLICAS})",
     )
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         settings = settings_from_environment(args)
     except ConfigError as e:

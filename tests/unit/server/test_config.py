@@ -155,3 +155,118 @@ def test_history_settings() -> None:
     assert (settings.history_max_events, settings.history_max_age_ms) == (0, 60_000)
     with pytest.raises(ConfigError, match="REGROUP_HISTORY_MAX_EVENTS must be at least 0"):
         load_settings({"REGROUP_HISTORY_MAX_EVENTS": "-1"})
+
+
+def _help_parser() -> argparse.ArgumentParser:
+    """The server's own parser, as `python -m regroup.server --help` prints it."""
+    from regroup.server.main import parser
+
+    return parser()
+
+
+def test_every_flag_has_a_description_its_variable_and_its_default() -> None:
+    from regroup.server.config import _ENV, OPTIONS, Settings
+
+    defaults = Settings()
+    flags = {a.dest: a for a in _help_parser()._actions if a.option_strings and a.dest != "help"}
+    assert set(_ENV) <= set(flags)
+    for dest, action in flags.items():
+        text = action.help or ""
+        # "<description> (env REGROUP_X, default: Y)": one parenthesis, at the end.
+        assert text.count("(") == 1 and text.endswith(")"), (dest, text)
+        description, _, where = text.rpartition(" (")
+        assert len(description) > 10, (dest, text)  # a description, not only the variable
+        env = _ENV.get(dest)
+        assert where.startswith(f"env {env}, default: " if env else "no environment variable, default: "), (
+            dest,
+            text,
+        )
+        default = getattr(defaults, dest, action.default)
+        if dest in OPTIONS and OPTIONS[dest].default is not None:  # in words: "3/10 of --lease-ms"
+            assert where.endswith(f"default: {OPTIONS[dest].default})"), (dest, text)
+        elif isinstance(default, bool):
+            assert where.endswith("default: true)" if default else "default: false)"), (dest, text)
+        elif isinstance(default, int | float | str) and default != "":
+            assert where.endswith(f"default: {default})"), (dest, text)
+        else:  # unset by default: the help says what that means
+            assert not where.endswith("default: )"), (dest, text)
+
+
+def test_help_prints_every_flag_described(capsys: pytest.CaptureFixture[str]) -> None:
+    from regroup.server.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "Postgres DSN (env DATABASE_URL, default: unset: an embedded Postgres" in out
+    assert "(env REGROUP_LEASE_MS, default: 10000)" in out
+    assert "(env REGROUP_METRICS_LISTEN, default: 127.0.0.1:9464)" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "named", "not_named"),
+    [
+        (["--lease-ms", "abc"], {}, "--lease-ms must be an integer, got 'abc'.", "REGROUP_LEASE_MS"),
+        ([], {"REGROUP_LEASE_MS": "abc"}, "REGROUP_LEASE_MS must be an integer, got 'abc'.", "--lease-ms"),
+        # A flag wins over the variable, and is what the error names.
+        (
+            ["--lease-ms", "100"],
+            {"REGROUP_LEASE_MS": "2000"},
+            "--lease-ms must be at least 500",
+            "REGROUP_LEASE_MS",
+        ),
+        (["--forward", "maybe"], {}, "--forward must be true or false", "REGROUP_FORWARD"),
+        (
+            ["--heartbeat-interval-ms", "900"],
+            {"REGROUP_SESSION_TIMEOUT_MS": "900"},
+            "--heartbeat-interval-ms (900) must be smaller than REGROUP_SESSION_TIMEOUT_MS (900)",
+            "REGROUP_HEARTBEAT_INTERVAL_MS",
+        ),
+        (["--listen", "50051"], {}, "--listen must be host:port", "REGROUP_LISTEN"),
+        (
+            ["--acl-file", "/nonexistent/acl.yaml"],
+            {},
+            "--acl-file (/nonexistent/acl.yaml) does not exist",
+            "REGROUP_ACL_FILE",
+        ),
+        (
+            ["--tls-cert", "/nonexistent/c.pem"],
+            {},
+            "--tls-cert is set but REGROUP_TLS_KEY is not",
+            "REGROUP_TLS_CERT",
+        ),
+        (
+            [],
+            {"REGROUP_HTTP_LISTEN": "9999"},
+            "REGROUP_HTTP_LISTEN must be host:port or off",
+            "REGROUP_METRICS_LISTEN",
+        ),
+    ],
+)
+def test_a_bad_value_is_named_as_the_user_gave_it(
+    flags: list[str], env: dict[str, str], named: str, not_named: str
+) -> None:
+    args = _help_parser().parse_args(flags)
+    with pytest.raises(ConfigError) as error:
+        load_settings(env, args)
+    assert named in str(error.value)
+    assert not_named not in str(error.value)
+
+
+def test_the_command_line_reports_a_bad_flag_under_its_name(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from regroup.server.main import main
+
+    monkeypatch.setenv("REGROUP_LEASE_MS", "2000")
+    assert main(["--lease-ms", "abc"]) == 2
+    assert (
+        capsys.readouterr().err == "regroup: configuration error: --lease-ms must be an integer, got 'abc'.\n"
+    )
+    monkeypatch.setenv("REGROUP_LEASE_MS", "abc")
+    assert main([]) == 2
+    assert (
+        capsys.readouterr().err
+        == "regroup: configuration error: REGROUP_LEASE_MS must be an integer, got 'abc'.\n"
+    )
