@@ -21,9 +21,12 @@ COPY migrations/ migrations/
 RUN pip wheel --no-cache-dir --no-deps --no-build-isolation -w /wheels ./clients/python .
 
 FROM python:3.11-slim
+# /metrics on every interface, for Prometheus; the web view, which has no authentication and
+# would be served on that port too, only when REGROUP_WEB_VIEW=on asks for it (docs/web-view.md).
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     REGROUP_LISTEN=0.0.0.0:50051 \
-    REGROUP_METRICS_LISTEN=0.0.0.0:9464
+    REGROUP_METRICS_LISTEN=0.0.0.0:9464 \
+    REGROUP_WEB_VIEW=off
 
 # Its own layer: it changes only when the pins do, not with every source change.
 COPY requirements/runtime.txt /tmp/runtime.txt

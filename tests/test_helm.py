@@ -712,6 +712,39 @@ def test_every_replica_serves_metrics_on_a_named_port_of_the_headless_service(he
     assert [p["name"] for p in one(off, "Service", "rg-regroup-headless")["spec"]["ports"]] == ["grpc"]
 
 
+def test_the_web_view_is_off_unless_asked_and_then_bound_to_the_pod_ip(helm: str) -> None:
+    """The view has no authentication: by default the port serves /metrics alone, on every
+    interface for Prometheus; webView.enabled serves the view too, on the pod's IP (the
+    downward API's status.podIP), where Prometheus still scrapes (issue 37)."""
+    from regroup.server.config import load_settings
+
+    container = pods(render(helm, DB))["Deployment"]["spec"]["containers"][0]
+    settings = load_settings(container_env(container))
+    assert settings.metrics_listen == "0.0.0.0:9464"
+    assert not settings.web_view_served()
+    # An ACL mounted does not change that.
+    acl = render(helm, DB, "accessControl.acl.configMap=rg-acl")
+    assert container_env(pods(acl)["Deployment"]["spec"]["containers"][0])["REGROUP_WEB_VIEW"] == "off"
+
+    docs = render(helm, DB, "webView.enabled=true", "metrics.port=9100")
+    container = pods(docs)["Deployment"]["spec"]["containers"][0]
+    env = container_env(container)
+    settings = load_settings(env)
+    assert settings.metrics_listen == f"{FIELD_SAMPLES['status.podIP']}:9100"
+    assert settings.web_view_served()
+    names = [e["name"] for e in container["env"]]
+    assert names.index("POD_IP") < names.index("REGROUP_METRICS_LISTEN")  # $(POD_IP) expands
+    # Scraped as before: the named port of the headless Service.
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in container["ports"]
+    # An extraEnv REGROUP_WEB_VIEW still wins (it comes after the chart's own).
+    forced = render(helm, DB, "extraEnv[0].name=REGROUP_WEB_VIEW", "extraEnv[0].value=on")
+    assert load_settings(container_env(pods(forced)["Deployment"]["spec"]["containers"][0])).web_view_served()
+    assert "webView.enabled needs metrics.enabled" in render_error(
+        helm, DB, "webView.enabled=true", "metrics.enabled=false"
+    )
+    assert "webView" in render_error(helm, DB, "webView.bind=everywhere")
+
+
 def test_a_service_monitor_scrapes_every_replica(helm: str) -> None:
     import yaml
 

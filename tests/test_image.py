@@ -164,3 +164,24 @@ def test_the_runtime_set_is_closed_and_is_what_the_tests_ran_with() -> None:
             assert dependency in runtime, f"{name} needs {requirement}, which runtime.txt does not pin"
             assert requirement.specifier.contains(runtime[dependency], prereleases=True), (name, requirement)
     assert not set(runtime) & LOCAL
+
+
+def image_environment() -> dict[str, str]:
+    """The final stage's ENV, as the server reads it (`ENV A=1 B=2` lines)."""
+    env: dict[str, str] = {}
+    for instruction, arguments in stages()[-1].instructions:
+        if instruction == "ENV":
+            env.update(word.split("=", 1) for word in shlex.split(arguments))
+    return env
+
+
+def test_the_image_serves_metrics_for_prometheus_but_no_web_view_unless_asked() -> None:
+    """Prometheus scrapes every interface's /metrics; the web view, which has no
+    authentication, is off until REGROUP_WEB_VIEW=on says otherwise (issue 37)."""
+    from regroup.server.config import load_settings
+
+    env = image_environment()
+    settings = load_settings(env)
+    assert (settings.listen, settings.metrics_listen) == ("0.0.0.0:50051", "0.0.0.0:9464")
+    assert not settings.web_view_served()
+    assert load_settings({**env, "REGROUP_WEB_VIEW": "on"}).web_view_served()

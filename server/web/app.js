@@ -35,6 +35,8 @@ function svg(tag, attrs = {}) {
   return node;
 }
 
+// `url` is relative to the page, never to the server's root: the page may be served under a path
+// prefix, as the API server's pod proxy serves it (kubectl proxy).
 async function getJson(url) {
   const response = await fetch(url, { cache: "no-store", headers: { Accept: "application/json" } });
   const body = await response.json().catch(() => ({}));
@@ -310,7 +312,7 @@ function renderEvents(events) {
 // -- polling -----------------------------------------------------------------------------
 
 async function refreshGroup(id) {
-  const path = "/api/groups/" + encodeURIComponent(id);
+  const path = "api/groups/" + encodeURIComponent(id);
   const [described, history] = await Promise.all([getJson(path), getJson(`${path}/events?limit=${EVENTS_SHOWN}`)]);
   if (id !== state.selected) return; // the user moved on meanwhile
   document.getElementById("group-title").textContent = id;
@@ -334,7 +336,7 @@ async function refreshGroup(id) {
 async function poll() {
   state.timer = null;
   try {
-    const listing = await getJson("/api/groups");
+    const listing = await getJson("api/groups");
     if (!listing.ok) throw new Error(listing.body.message || `HTTP ${listing.status}`);
     renderGroups(listing.body);
     if (state.selected !== null) await refreshGroup(state.selected);

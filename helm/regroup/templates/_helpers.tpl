@@ -224,8 +224,23 @@ REGROUP_ADVERTISED_ADDRESS is where the other replicas (forwarding) and the clie
   value: {{ int64 .Values.config.leaseRenewMs | quote }}
 - name: REGROUP_FORWARD
   value: {{ .Values.config.forward | toString | quote }}
+{{- /*
+Metrics on every interface, for Prometheus; with the web view (no authentication) on the
+pod's IP only: what a scraper reaches, and not the loopback or other interfaces.
+*/}}
+{{- if and .Values.webView.enabled (not .Values.metrics.enabled) }}
+{{- fail "webView.enabled needs metrics.enabled: the web view is served on the metrics port" }}
+{{- end }}
 - name: REGROUP_METRICS_LISTEN
-  value: {{ ternary (printf "0.0.0.0:%d" (int .Values.metrics.port)) "off" .Values.metrics.enabled | quote }}
+  {{- if not .Values.metrics.enabled }}
+  value: "off"
+  {{- else if .Values.webView.enabled }}
+  value: "$(POD_IP):{{ int .Values.metrics.port }}"
+  {{- else }}
+  value: "0.0.0.0:{{ int .Values.metrics.port }}"
+  {{- end }}
+- name: REGROUP_WEB_VIEW
+  value: {{ ternary "on" "off" .Values.webView.enabled | quote }}
 {{- end -}}
 
 {{/*

@@ -127,3 +127,21 @@ def test_without_the_view_every_path_is_the_metrics() -> None:
     app = HttpApp(metrics)
     for path in ("/", "/metrics", "/api/groups", "/anything"):
         assert call(app, path) == ("200 OK", {"Content-Type": "text/plain", "Server": "regroup"}, b"metrics")
+
+
+def test_the_page_names_its_files_and_json_relative_to_itself() -> None:
+    """With the view on, the Helm chart binds the port to the pod's IP, which `kubectl
+    port-forward` (it connects to the pod's loopback) does not reach; the API server's pod
+    proxy (`kubectl proxy`) does, under a path prefix. So the page asks for its files and
+    its JSON relative to where it was loaded from, never from the server's root."""
+    import re
+
+    from regroup.server.webview import load_files
+
+    files = load_files()
+    page, script = files["/"].decode(), files["/static/app.js"].decode()
+    links = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert "static/app.js" in links and "static/style.css" in links
+    assert not [link for link in links if link.startswith("/")], links
+    assert re.findall(r"""["'`](/[a-z]+)""", script) == [], "an absolute path in app.js"
+    assert '"api/groups"' in script
