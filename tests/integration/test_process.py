@@ -171,7 +171,8 @@ async def test_clean_stop_after_a_killed_instance_stops_the_embedded_postgres(tm
 
 def test_bad_configuration_exits_with_a_clear_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--session-timeout-ms", "abc"]) == 2
-    assert "REGROUP_SESSION_TIMEOUT_MS must be an integer" in capsys.readouterr().err
+    # Named as the user gave it: the flag here (the variable when it came from the environment).
+    assert "--session-timeout-ms must be an integer" in capsys.readouterr().err
 
 
 async def test_nothing_forks_once_grpc_runs_and_every_log_line_is_json(tmp_path: Path) -> None:
