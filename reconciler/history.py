@@ -113,7 +113,8 @@ class TopicChange:
 class Circumstances:
     """What the records alone do not tell, given by the shell that ran the operation."""
 
-    #: The topics changed that the group subscribes to (a metadata refresh's why).
+    #: The changes of topics the group subscribes to that these records take in (a
+    #: metadata refresh's why; also a join's or a leave's that took them in first).
     topic_changes: tuple[TopicChange, ...] = ()
     #: The member that asked (InstallAssignment's caller).
     member_id: str = ""
@@ -223,9 +224,8 @@ class _Derivation:
                 message=f"The {first.group_type} group was created.",
                 epoch=first.group_epoch,
             )
-        if self.cause == "metadata_refresh":
-            for change in self.circumstances.topic_changes:
-                self._topic_changed(change)
+        for change in self.circumstances.topic_changes:
+            self._topic_changed(change)
         for index, record in enumerate(self.records):
             self._record(index, record)
         if self.offsets_changed and self.cause == "reset_offsets":

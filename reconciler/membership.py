@@ -83,11 +83,17 @@ def refresh_metadata(group: Group, ctx: Context) -> Result[bool]:
     Run after a topic is created, grown or deleted (and once on load). The new
     target is computed by the assignment timer (or by a heartbeat that comes
     first), so it is ready even for a group whose members are all idle.
+
+    Run again on a group whose metadata is current, it bumps nothing: a refresh is
+    retried until it is known stored. It still arms the assignment timer of a
+    group ahead of its target, as one whose bump was stored but not answered is.
     """
     new_hash = metadata_hash(
         group_topics(ctx.image, group.subscribed_topic_names(), group.subscribed_regexes())
     )
     if new_hash == group.metadata_hash:
+        if group.members and group.group_epoch > group.assignment_epoch:
+            return Result(False, (), (ScheduleAssignment(next_assignment_ms(group, ctx)),))
         return Result(False)
     return Result(
         True,

@@ -5,13 +5,16 @@ every load, as the Postgres store rebuilds it from its rows. Several stores may
 share one `MemoryDatabase`, as replicas share Postgres: writes are fenced by the
 shard's lease as the Postgres store fences them (tests/integration/test_store_contract.py holds both to
 one contract). Outages are injected: `down` refuses every call, as an unreachable
-Postgres does, and `commit_then_fail` makes writes commit and then fail, as a
-connection lost before the commit's acknowledgement does (a write in doubt).
+Postgres does; `fail_calls` makes the calls it names fail that many more times
+(one step of a longer path, as a connection lost between two statements); and
+`commit_then_fail` makes writes commit and then fail, as a connection lost before
+the commit's acknowledgement does (a write in doubt).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -72,10 +75,16 @@ class MemoryStore:
         self.commits = 0
         #: While set, every call fails as with an unreachable database.
         self.down = False
+        #: Each call named here (a method's name) fails so, before doing anything, that
+        #: many more times.
+        self.fail_calls: Counter[str] = Counter()
         #: While positive, each write commits, then fails (and counts down).
         self.commit_then_fail = 0
 
-    def _reach(self) -> None:
+    def _reach(self, call: str) -> None:
+        if self.fail_calls[call] > 0:
+            self.fail_calls[call] -= 1
+            raise StoreUnavailable(f"ConnectionResetError: the memory store failed {call}")
         if self.down:
             raise StoreUnavailable("ConnectionRefusedError: the memory store is down")
 
@@ -86,7 +95,7 @@ class MemoryStore:
             raise StoreUnavailable("ConnectionResetError: lost after the commit")
 
     async def ping(self) -> None:
-        self._reach()
+        self._reach("ping")
 
     def _guard(self, group_id: str, records: Sequence[Record], fence: Fence, *, trims: bool = False) -> None:
         """As PostgresStore: the shard's lease must be this replica's at the fence's
@@ -115,7 +124,7 @@ class MemoryStore:
     ) -> Sequence[int]:
         if isinstance(records, PreparedWrite):
             raise NotImplementedError("MemoryStore stores records, not prepared rows")
-        self._reach()
+        self._reach("append")
         stored = [_as_stored(r) for r in records if not isinstance(r, SOFT_RECORDS)]
         if not stored and not events:
             return ()
@@ -148,39 +157,39 @@ class MemoryStore:
         return sequences
 
     async def list_events(self, group_id: str, query: EventQuery) -> tuple[list[GroupEvent], bool]:
-        self._reach()
+        self._reach("list_events")
         found = [e for g, e in self.database.events if g == group_id and query.matches(e)]
         if not query.oldest_first:
             found.reverse()
         return found[: query.limit], len(found) > query.limit
 
     async def expire_events(self, older_than_ms: int) -> int:
-        self._reach()
+        self._reach("expire_events")
         before = len(self.database.events)
         self.database.events = [(g, e) for g, e in self.database.events if e.timestamp_ms >= older_than_ms]
         return before - len(self.database.events)
 
     async def group_ids(self) -> list[str]:
-        self._reach()
+        self._reach("group_ids")
         return list(self.database.log)
 
     async def load_groups(self, group_ids: Collection[str] | None = None) -> dict[str, Group]:
-        self._reach()
+        self._reach("load_groups")
         logs = self.database.log
         wanted = logs if group_ids is None else [g for g in group_ids if g in logs]
         groups = {gid: replay_all(None, gid, logs[gid]) for gid in wanted}
         return {gid: g for gid, g in groups.items() if g is not None}
 
     async def load_group(self, group_id: str) -> Group | None:
-        self._reach()
+        self._reach("load_group")
         return replay_all(None, group_id, self.database.log.get(group_id, ()))
 
     async def load_topics(self) -> list[Topic]:
-        self._reach()
+        self._reach("load_topics")
         return sorted(self.database.topics.values(), key=lambda t: t.name)
 
     async def put_topic(self, topic: Topic) -> None:
-        self._reach()
+        self._reach("put_topic")
         topics = self.database.topics
         same_name = next((t for t in topics.values() if t.name == topic.name), None)
         if same_name is not None and same_name.topic_id != topic.topic_id:
@@ -191,25 +200,25 @@ class MemoryStore:
         self._committed()
 
     async def delete_topic(self, topic_id: str) -> None:
-        self._reach()
+        self._reach("delete_topic")
         self.database.topics.pop(topic_id, None)
         self.database.notify(TOPICS_CHANNEL, self.replica_id)
         self.database.topics_version += 1  # a statement-level trigger: even when nothing was deleted
         self._committed()
 
     async def shard_count(self, proposed: int) -> int:
-        self._reach()
+        self._reach("shard_count")
         return int(self.database.settings.setdefault("shards", str(proposed)))
 
     async def lease_round(self, request: LeaseRequest) -> LeaseRound:
-        self._reach()
+        self._reach("lease_round")
         answer = _lease_round(self.database, request)
         if request.release:
             self.database.notify(LEASES_CHANNEL, self.replica_id)
         return answer
 
     async def listen(self, on_notice: Notice) -> bool:
-        self._reach()
+        self._reach("listen")
         listening = self.replica_id in self.database.listeners
         self.database.listeners[self.replica_id] = on_notice
         return not listening

@@ -4,6 +4,8 @@
   engine, store, replay, timers), with the stale-group reload after a failed write.
 - `scheduler.Scheduler`: the timers and the offloaded target computations.
 - `topicadmin.TopicAdmin`: topics; connectors are a Connect group's records (below).
+- `refresh.GroupRefresher`: the groups' metadata refreshes after a topic change,
+  each tried again until it is stored.
 - `leasekeeper.LeaseKeeper`: the shards this replica serves (`shards.ShardTable`),
   renewed every period; it loads the groups of the shards it acquires and drops
   those of the shards it loses or releases.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Collection, KeysView, Mapping, Sequence
+from collections.abc import KeysView, Sequence
 
 import structlog
 
@@ -32,13 +34,12 @@ from regroup.reconciler import (
     TopicsImage,
     consumer_group_heartbeat,
     delete_group,
-    refresh_metadata,
 )
 from regroup.reconciler.client_assignment import install_assignment, prepare_assignment
 from regroup.reconciler.connect import put_connectors
 from regroup.reconciler.drain import DrainOutcome, drain_member
 from regroup.reconciler.errors import CoordinatorNotAvailable, GroupIdNotFound, InvalidAssignment
-from regroup.reconciler.history import Circumstances, EventType, GroupEvent, TopicChange
+from regroup.reconciler.history import Circumstances, EventType, GroupEvent
 from regroup.reconciler.liveness import renewed_session
 from regroup.reconciler.messages import InstallAssignment, PrepareAssignment, PrepareAssignmentResponse
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
@@ -53,12 +54,12 @@ from regroup.reconciler.offsets import (
     fetch_offsets,
     reset_offsets,
 )
-from regroup.reconciler.subscription import subscribes_to_any
 
 from .assigner import Assigner
 from .clock import Clock
 from .history import EventQuery, HistoryHub
 from .leasekeeper import LeaseKeeper, LeaseSettings
+from .refresh import GroupRefresher
 from .scheduler import Scheduler
 from .shards import LeaseNotTrusted, ShardTable
 from .sql import LEASES_CHANNEL, TOPICS_CHANNEL
@@ -83,8 +84,9 @@ class Coordinator:
         self.log = structlog.get_logger("regroup")
         self.assigner = Assigner(config)
         self.writer = GroupWriter(store, config, clock, TimerQueue(), self.assigner, self.log)
-        self.scheduler = Scheduler(self.writer, self.assigner, self.sweep)
-        self.topics = TopicAdmin(self.writer, self.refresh_groups)
+        self.refresher = GroupRefresher(self.writer)
+        self.scheduler = Scheduler(self.writer, self.assigner, self.sweep, self.refresher.refresh_group)
+        self.topics = TopicAdmin(self.writer, self.refresher.refresh)
         self.keeper = LeaseKeeper(
             store,
             self.writer.shards,
@@ -280,7 +282,7 @@ class Coordinator:
         # Topics may have changed after a group's last write (a crash between the
         # two, or a change made while no replica held its shard): the refresh bumps
         # the groups whose metadata moved.
-        await self.refresh_groups(only=loaded)
+        await self.refresher.refresh([g for g in loaded if (group := self.groups.get(g)) and group.members])
 
     async def _drop_shards(self, shards: Sequence[int]) -> None:
         dropped = self.writer.drop_shards(shards)
@@ -499,38 +501,3 @@ class Coordinator:
             return delete_group(group)
 
         await self.writer.run(group_id, op, cause="delete")
-
-    async def refresh_groups(
-        self,
-        topic_names: Collection[str] | None = None,
-        changes: Mapping[str, TopicChange] | None = None,
-        *,
-        only: Collection[str] | None = None,
-    ) -> None:
-        """Bumps the epoch of every group whose subscribed topics changed.
-
-        With `topic_names`, only groups that subscribe to one of them (by name
-        or regex) are looked at: a topic change then costs nothing to the
-        thousands of groups it does not concern. With `only`, only those groups.
-        """
-
-        def op(group: Group | None, ctx: Context) -> Result[bool]:
-            return Result(False) if group is None else refresh_metadata(group, ctx)
-
-        candidates = self.groups.values() if only is None else filter(None, map(self.groups.get, only))
-        groups = [g for g in candidates if g.members]
-        if topic_names is not None:
-            # Connect groups share connectors, not topics.
-            groups = [
-                g for g in groups if g.group_type != CONNECT_GROUP_TYPE and subscribes_to_any(g, topic_names)
-            ]
-        for group in groups:
-            group_id = group.group_id
-            # The group's history names the topics it subscribes to that changed.
-            mine = tuple(c for name, c in (changes or {}).items() if subscribes_to_any(group, (name,)))
-            try:
-                await self.writer.run(
-                    group_id, op, cause="metadata_refresh", circumstances=Circumstances(topic_changes=mine)
-                )
-            except NOT_SERVED as e:
-                self.log.warning("metadata_refresh_failed", group_id=group_id, error=str(e))

@@ -1,5 +1,6 @@
 """The scheduler: fires the in-memory timers (sessions, rebalance timeouts, the
-assignment timer, the offsets sweep) and offloads big groups' target computations.
+assignment timer, refreshes to try again, the offsets sweep) and offloads big
+groups' target computations.
 
 A big group's target is computed in a worker process (see `assigner.py`)
 without holding the group, and installed afterwards if it still applies. When
@@ -42,11 +43,17 @@ class _TargetJob:
 
 class Scheduler:
     def __init__(
-        self, writer: GroupWriter, assigner: Assigner, expire_offsets: Callable[[], Awaitable[int]]
+        self,
+        writer: GroupWriter,
+        assigner: Assigner,
+        expire_offsets: Callable[[], Awaitable[int]],
+        refresh_group: Callable[[str], Awaitable[bool]],
     ) -> None:
         self.writer = writer
         self.assigner = assigner
         self._expire_offsets = expire_offsets
+        #: Tries a group's failed refresh again (it arms the timer again if it fails).
+        self._refresh_group = refresh_group
         #: Groups whose target the worker is computing (without their lock held).
         self._computing: set[str] = set()
         self._timer_task: asyncio.Task[None] | None = None
@@ -114,6 +121,10 @@ class Scheduler:
         return fenced
 
     async def _expire(self, key: TimerKey, payload: int) -> bool:
+        if key.kind == "refresh":
+            await self._refresh_group(key.group_id)
+            return False  # nobody was fenced
+
         def op(group: Group | None, ctx: Context) -> Result[bool]:
             # A heartbeat may have re-armed the timer after it fired.
             if group is None or self.writer.timers.deadline(key) is not None:

@@ -14,7 +14,8 @@ import itertools
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
-TimerKind = Literal["session", "rebalance", "assignment", "offsets"]
+#: "refresh": a group's metadata refresh that failed, tried again (server/refresh.py).
+TimerKind = Literal["session", "rebalance", "assignment", "offsets", "refresh"]
 
 
 class TimerKey(NamedTuple):

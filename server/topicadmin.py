@@ -3,14 +3,16 @@
 Topics are shared by every consumer group, so they change under one lock of
 their own; each change is stored first, then the topics image is replaced, and
 the groups subscribed to a changed topic have their metadata refreshed (which
-bumps their epoch when it moved).
+bumps their epoch when it moved; a refresh that fails is tried again, see
+refresh.py). Other replicas learn of the change from its notice or from the
+topics version their next lease round reads (`reload`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,7 @@ from regroup.reconciler.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
-from regroup.reconciler.history import TopicChange, topic_changes
+from regroup.reconciler.history import topic_changes
 from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_name
 from regroup.reconciler.validation import validate_id
 
@@ -41,28 +43,25 @@ class TopicOutcome:
 
 
 class TopicAdmin:
-    def __init__(
-        self,
-        writer: GroupWriter,
-        refresh_groups: Callable[[Collection[str], Mapping[str, TopicChange]], Awaitable[None]],
-    ) -> None:
+    def __init__(self, writer: GroupWriter, refresh: Callable[[Collection[str]], Awaitable[None]]) -> None:
         self.writer = writer
-        self._refresh_groups = refresh_groups
+        #: Refreshes the metadata of the groups named (GroupRefresher.refresh).
+        self._refresh = refresh
         self._topic_lock = asyncio.Lock()
         self.log: Any = writer.log
 
     async def create_topics(self, specs: Sequence[tuple[str, int, tuple[str, ...]]]) -> list[TopicOutcome]:
         outcomes = []
-        old = self.writer.image
+        concerned: dict[str, None] = {}  # the groups to refresh, in order
         async with self._topic_lock:
             for name, count, racks in specs:
                 try:
                     topic = create_topic(self.writer.image, name, count, racks, str(uuid.uuid4()))
-                    await self._put_topic(topic)
+                    concerned.update(dict.fromkeys(await self._put_topic(topic)))
                     outcomes.append(TopicOutcome(name, topic))
                 except ApiError as e:
                     outcomes.append(TopicOutcome(name, error=e))
-        await self._after_topic_change(outcomes, old)
+        await self._refresh(concerned)
         return outcomes
 
     async def create_partitions(
@@ -70,22 +69,22 @@ class TopicAdmin:
     ) -> list[TopicOutcome]:
         """Grows topics named by (name, topic id, new count, new racks)."""
         outcomes = []
-        old = self.writer.image
+        concerned: dict[str, None] = {}
         async with self._topic_lock:
             for name, topic_id, count, racks in specs:
                 try:
                     topic = self._find_topic(name, topic_id)
                     grown = grow_topic(topic, count, racks)
-                    await self._put_topic(grown)
+                    concerned.update(dict.fromkeys(await self._put_topic(grown)))
                     outcomes.append(TopicOutcome(grown.name, grown))
                 except ApiError as e:
                     outcomes.append(TopicOutcome(name, error=e, topic_id=topic_id))
-        await self._after_topic_change(outcomes, old)
+        await self._refresh(concerned)
         return outcomes
 
     async def delete_topics(self, names: Sequence[str], topic_ids: Sequence[str]) -> list[TopicOutcome]:
         outcomes = []
-        old = self.writer.image
+        concerned: dict[str, None] = {}
         async with self._topic_lock:
             for name, topic_id in [(n, "") for n in names] + [("", t) for t in topic_ids]:
                 try:
@@ -96,12 +95,16 @@ class TopicAdmin:
                         raise _store_error(e) from e
                     except StoreConflict as e:
                         raise UnknownServerError(f"The store refused to delete the topic: {e}") from e
-                    self.writer.image = self.writer.image.without_topic(topic.topic_id)
+                    concerned.update(
+                        dict.fromkeys(
+                            self._install(self.writer.image.without_topic(topic.topic_id), topic.name)
+                        )
+                    )
                     self.log.info("topic_deleted", topic=topic.name, topic_id=topic.topic_id)
                     outcomes.append(TopicOutcome(topic.name, topic))
                 except ApiError as e:
                     outcomes.append(TopicOutcome(name, error=e, topic_id=topic_id))
-        await self._after_topic_change(outcomes, old)
+        await self._refresh(concerned)
         return outcomes
 
     def _find_topic(self, name: str, topic_id: str) -> Topic:
@@ -117,7 +120,14 @@ class TopicAdmin:
             raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
         return topic
 
-    async def _put_topic(self, topic: Topic) -> None:
+    def _install(self, image: TopicsImage, name: str) -> list[str]:
+        """Makes `image`, where the topic `name` changed, the topics; answers the groups
+        whose metadata that concerns."""
+        old = self.writer.image
+        return self.writer.install_topics(image, (name,), topic_changes(old, image, (name,)))
+
+    async def _put_topic(self, topic: Topic) -> list[str]:
+        """Stores the topic and makes it known; answers the groups whose metadata that concerns."""
         try:
             await self.writer.store.put_topic(topic)
         except StoreConflict as e:
@@ -125,13 +135,14 @@ class TopicAdmin:
         except StoreUnavailable as e:
             raise _store_error(e) from e
         created = topic.topic_id not in self.writer.image.by_id
-        self.writer.image = self.writer.image.with_topic(topic)
+        concerned = self._install(self.writer.image.with_topic(topic), topic.name)
         self.log.info(
             "topic_created" if created else "topic_partitions_created",
             topic=topic.name,
             topic_id=topic.topic_id,
             partitions=topic.num_partitions,
         )
+        return concerned
 
     async def _topic_conflict(self, topic: Topic, e: StoreConflict) -> ApiError:
         """Another writer stored a topic this process did not know (the same name):
@@ -139,11 +150,10 @@ class TopicAdmin:
         the real reason instead of a retriable one that would be retried forever."""
         self.log.warning("topic_write_conflict", topic=topic.name, constraint=e.constraint, error=str(e))
         try:
-            changed, changes = await self._load()
+            concerned = await self._load()
         except (StoreUnavailable, StoreConflict) as load_error:
             return CoordinatorNotAvailable(f"The store is unavailable: {load_error}")
-        if changed:
-            await self._refresh_groups(changed, changes)
+        await self._refresh(concerned)
         if e.constraint == "topics_name_key":
             return TopicAlreadyExists(f"Topic '{topic.name}' already exists.")
         return UnknownServerError(f"The store refused topic '{topic.name}': {e}")
@@ -153,28 +163,21 @@ class TopicAdmin:
         and refreshes the groups that subscribe to the ones that changed. Raises
         StoreUnavailable (the lease keeper tries again in its next round)."""
         async with self._topic_lock:
-            changed, changes = await self._load()
-        if changed:
-            self.log.info("topics_reloaded", changed=sorted(changed), topics=len(self.writer.image.by_id))
-            await self._refresh_groups(changed, changes)
+            concerned = await self._load()
+        await self._refresh(concerned)
 
-    async def _load(self) -> tuple[set[str], dict[str, TopicChange]]:
-        """Replaces the topics image with the store's; returns the names that changed, and
-        what happened to those created, grown or deleted."""
+    async def _load(self) -> list[str]:
+        """Replaces the topics image with the store's, when it differs; answers the groups
+        whose metadata the topics that changed concern."""
         topics = await self.writer.store.load_topics()
         old = self.writer.image
         new = TopicsImage(topics, version=old.version + 1)
         changed = {t.name for t in topics if old.by_name.get(t.name) != t}
         changed.update(name for name in old.by_name if name not in new.by_name)
-        if changed:
-            self.writer.image = new
-        return changed, topic_changes(old, new, changed)
-
-    async def _after_topic_change(self, outcomes: Sequence[TopicOutcome], old: TopicsImage) -> None:
-        changed = [o.topic.name for o in outcomes if o.error is None and o.topic is not None]
-        if changed:
-            # By name, with what happened to each (the groups' history says it).
-            await self._refresh_groups(changed, topic_changes(old, self.writer.image, changed))
+        if not changed:
+            return []
+        self.log.info("topics_reloaded", changed=sorted(changed), topics=len(new.by_id))
+        return self.writer.install_topics(new, changed, topic_changes(old, new, changed))
 
 
 def _store_error(e: StoreUnavailable) -> ApiError:

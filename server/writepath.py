@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,10 +38,11 @@ from regroup.reconciler import (
 )
 from regroup.reconciler.connect import connectors_image
 from regroup.reconciler.errors import CoordinatorLoadInProgress, CoordinatorNotAvailable, NotCoordinator
-from regroup.reconciler.history import NO_CIRCUMSTANCES, Circumstances, GroupEvent, derive_events
+from regroup.reconciler.history import NO_CIRCUMSTANCES, Circumstances, GroupEvent, TopicChange, derive_events
 from regroup.reconciler.liveness import EVERYONE_IN_DOUBT, NOTHING_IN_DOUBT, WriteInDoubt
 from regroup.reconciler.model import CONNECT_GROUP_TYPE
-from regroup.reconciler.records import TargetAssignmentEpochRecord
+from regroup.reconciler.records import GroupMetadataRecord, TargetAssignmentEpochRecord
+from regroup.reconciler.subscription import subscribes_to_any
 
 from .assigner import Assigner
 from .clock import Clock
@@ -162,11 +163,74 @@ class GroupWriter:
         self._events_since_trim: dict[str, int] = {}
         #: Told of every write's events, with their sequences (WatchGroup streams).
         self.on_events: Callable[[str, list[GroupEvent]], None] | None = None
+        #: What happened to the topics a group subscribes to that its history does not
+        #: tell yet (`install_topics`): told by the first write of the group's whose
+        #: metadata takes it in, whatever its cause (the group's refresh, or a join or
+        #: a leave that came first), as events of that write.
+        self._topic_news: dict[str, tuple[TopicChange, ...]] = {}
 
     async def load_topics(self) -> None:
         """Loads every topic from the store."""
         self.image = TopicsImage(await self.store.load_topics(), version=self.image.version + 1)
         self._connect_images.clear()
+
+    def install_topics(
+        self, image: TopicsImage, changed: Collection[str], changes: Mapping[str, TopicChange]
+    ) -> list[str]:
+        """Makes `image` the topics, where the topics named `changed` changed (`changes`:
+        what happened to those created, grown or deleted). Answers the groups this
+        concerns, whose metadata needs a refresh: those with members subscribed to a
+        changed topic, by name or regex (Connect groups share connectors, not topics).
+
+        What happened is kept for each of them (`_topic_news`) in the same step as the
+        image changes: no write of theirs can take the new image in without telling it.
+        """
+        self.image = image
+        concerned = [
+            g
+            for g in self.groups.values()
+            if g.members and g.group_type != CONNECT_GROUP_TYPE and subscribes_to_any(g, changed)
+        ]
+        if self.history_max_events > 0:
+            for group in concerned:
+                mine = tuple(c for name, c in changes.items() if subscribes_to_any(group, (name,)))
+                if mine:
+                    known = self._topic_news.get(group.group_id, ())
+                    self._topic_news[group.group_id] = known + tuple(c for c in mine if c not in known)
+        return [g.group_id for g in concerned]
+
+    def topic_news(self, group_id: str) -> tuple[TopicChange, ...]:
+        """The group's topic changes its history does not tell yet."""
+        return self._topic_news.get(group_id, ())
+
+    def topic_news_told(self, group_id: str, told: Collection[TopicChange]) -> None:
+        """Forgets the group's topic changes in `told`: stored as its events, or taken in
+        by its metadata already (others that came meanwhile stay)."""
+        if not told:
+            return
+        left = tuple(c for c in self._topic_news.get(group_id, ()) if c not in told)
+        if left:
+            self._topic_news[group_id] = left
+        else:
+            self._topic_news.pop(group_id, None)
+
+    def _news_in(
+        self,
+        group_id: str,
+        before: Group | None,
+        records: Sequence[Record],
+        told: Collection[TopicChange] = (),
+    ) -> tuple[TopicChange, ...]:
+        """The group's topic news that `records` tell: all of them (less `told`) when the
+        records move its metadata, which the engine computes from the current image
+        (a drain's bump keeps the metadata: the refresh after it tells them)."""
+        news = self._topic_news.get(group_id)
+        if not news or before is None:
+            return ()
+        moved = any(
+            type(r) is GroupMetadataRecord and r.metadata_hash != before.metadata_hash for r in records
+        )
+        return tuple(c for c in news if c not in told) if moved else ()
 
     async def take_shards(self, shards: Collection[int]) -> list[str]:
         """Loads the groups of shards this replica just acquired and arms their timers
@@ -200,6 +264,7 @@ class GroupWriter:
     def _forget(self, group_id: str) -> None:
         self.groups.pop(group_id, None)
         self._stale.pop(group_id, None)
+        self._topic_news.pop(group_id, None)
         self._connect_images.pop(group_id, None)
         self.assigner.forget((group_id,))
         self._unsettled.pop(group_id, None)
@@ -357,6 +422,7 @@ class GroupWriter:
         records: list[Record] = []
         events: list[GroupEvent] = []
         bumps: list[str] = []
+        news: tuple[TopicChange, ...] = ()
         for entry in queue:
             ctx = self.context(group_id, work, entry.group_type, entry.new_member_id)
             started = time.perf_counter()
@@ -367,7 +433,17 @@ class GroupWriter:
                 continue
             if result.records:
                 compute_ms = self._note_inline_computation(result.records, started)
-                events += self._events(group_id, work, result.records, entry.cause, ctx.now_ms, compute_ms)
+                told = self._news_in(group_id, work, result.records, news)
+                news += told
+                events += self._events(
+                    group_id,
+                    work,
+                    result.records,
+                    entry.cause,
+                    ctx.now_ms,
+                    compute_ms,
+                    Circumstances(topic_changes=told) if told else NO_CIRCUMSTANCES,
+                )
                 bump = log_records(log, work, group_id, result.records, entry.cause)
                 if bump is not None:
                     bumps.append(bump)
@@ -376,6 +452,7 @@ class GroupWriter:
             served.append((entry, result, ctx.now_ms))
         if records:
             events = await self._store(group_id, records, None, fence, events)
+            self.topic_news_told(group_id, news)
         for _, result, _ in served:
             self.metrics.heartbeat(written=bool(result.records))
         if records and self.shards.holds(fence):
@@ -514,26 +591,27 @@ class GroupWriter:
         the group stays out of memory (its new owner loads what was stored)."""
         write: PreparedWrite | None = None
         events: list[GroupEvent] | None = None
-        if isinstance(outcome, Result):
-            result = outcome
-        else:
-            result = await outcome
-            if len(result.records) > PREPARE_INLINE_MAX_RECORDS:
-                # Its events too: a big target's walk over every member's partitions would
-                # stall the loop as its rows would (the group stays locked, so unchanged).
-                def prepare() -> tuple[PreparedWrite, list[GroupEvent]]:
-                    derived = self._events(
-                        group_id, group, result.records, cause, op_now_ms, compute_ms, circumstances
-                    )
-                    return prepare_write(group_id, result.records), derived
+        result = outcome if isinstance(outcome, Result) else await outcome
+        news = self._news_in(group_id, group, result.records)
+        if news:
+            circumstances = replace(circumstances, topic_changes=circumstances.topic_changes + news)
+        if not isinstance(outcome, Result) and len(result.records) > PREPARE_INLINE_MAX_RECORDS:
+            # Its events too: a big target's walk over every member's partitions would
+            # stall the loop as its rows would (the group stays locked, so unchanged).
+            def prepare() -> tuple[PreparedWrite, list[GroupEvent]]:
+                derived = self._events(
+                    group_id, group, result.records, cause, op_now_ms, compute_ms, circumstances
+                )
+                return prepare_write(group_id, result.records), derived
 
-                write, events = await asyncio.to_thread(prepare)
+            write, events = await asyncio.to_thread(prepare)
         if result.records:
             if events is None:
                 events = self._events(
                     group_id, group, result.records, cause, op_now_ms, compute_ms, circumstances
                 )
             events = await self._store(group_id, result.records, write, fence, events)
+            self.topic_news_told(group_id, news)
             if cause in HEARTBEAT_CAUSES:
                 self.metrics.heartbeat(written=True)
             if not self.shards.holds(fence):

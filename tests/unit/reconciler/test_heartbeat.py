@@ -23,8 +23,11 @@ from regroup.reconciler import (
     Member,
     MemberState,
     OwnedTopicPartitions,
+    Result,
+    ScheduleAssignment,
     delete_group,
     on_rebalance_timeout,
+    refresh_metadata,
 )
 from regroup.reconciler.assignors import GroupSpec, RangeAssignor
 from regroup.reconciler.errors import (
@@ -375,6 +378,24 @@ def test_topic_changes_bump_subscribed_groups(
 
     assert grp(h).group_epoch == (3 if bumped else 2)
     assert grp(h).assignment_epoch == 2
+
+
+def test_a_refresh_again_bumps_nothing_and_arms_the_target_of_a_group_ahead_of_it(h: EngineHarness) -> None:
+    """A refresh is tried until it is known stored: one whose bump was stored, its answer
+    lost, finds the metadata current. It bumps nothing, but the group's target must still
+    come, its members idle or not."""
+    stable_pair(h)
+    h.grow_topic("foo", 8)
+    group = grp(h)
+    assert group.group_epoch == 3 and group.assignment_epoch == 2
+
+    again = refresh_metadata(group, h.ctx())
+    assert (again.response, again.records) == (False, ())
+    assert [type(t) for t in again.timers] == [ScheduleAssignment]
+
+    h.advance(h.config.assignment_interval_ms)  # the assignment timer fires
+    assert grp(h).assignment_epoch == 3
+    assert refresh_metadata(grp(h), h.ctx()) == Result(False)
 
 
 def test_grown_topic_is_assigned_on_next_heartbeats(h: EngineHarness) -> None:
