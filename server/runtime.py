@@ -68,7 +68,7 @@ from .storewatch import StoreWatch
 from .telemetry import Gauges
 from .timers import TimerKey, TimerQueue
 from .topicadmin import TopicAdmin, TopicOutcome
-from .writepath import NOT_SERVED, GroupWriter
+from .writepath import NOT_SERVED, GroupWriter, store_unreachable
 
 
 class Coordinator:
@@ -397,11 +397,12 @@ class Coordinator:
     async def list_group_events(self, group_id: str, query: EventQuery) -> tuple[list[GroupEvent], bool]:
         """A group's events from the store (any replica answers; a deleted group's too)."""
         if self.writer.store_down:
-            raise CoordinatorNotAvailable("The store (Postgres) is unreachable; retry after a backoff.")
+            raise store_unreachable()
         try:
             return await self.store.list_events(group_id, query)
         except StoreUnavailable as e:
-            raise CoordinatorNotAvailable(f"The store is unavailable: {e}") from e
+            self.log.warning("history_read_failed", group_id=group_id, error=str(e))
+            raise store_unreachable() from e
 
     async def sweep(self) -> int:
         """The periodic sweep: expired offsets (answered: how many), then history older

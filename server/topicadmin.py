@@ -18,7 +18,6 @@ from typing import Any
 
 from regroup.reconciler import ApiError, Topic, TopicsImage
 from regroup.reconciler.errors import (
-    CoordinatorNotAvailable,
     TopicAlreadyExists,
     UnknownServerError,
     UnknownTopicId,
@@ -29,7 +28,7 @@ from regroup.reconciler.topics import create_topic, grow_topic, validate_topic_n
 from regroup.reconciler.validation import validate_id
 
 from .store import StoreConflict, StoreUnavailable
-from .writepath import GroupWriter
+from .writepath import GroupWriter, store_unreachable
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +91,7 @@ class TopicAdmin:
                     try:
                         await self.writer.store.delete_topic(topic.topic_id)
                     except StoreUnavailable as e:
-                        raise _store_error(e) from e
+                        raise self._store_failed(e) from e
                     except StoreConflict as e:
                         raise UnknownServerError(f"The store refused to delete the topic: {e}") from e
                     concerned.update(
@@ -126,6 +125,12 @@ class TopicAdmin:
         old = self.writer.image
         return self.writer.install_topics(image, (name,), topic_changes(old, image, (name,)))
 
+    def _store_failed(self, e: StoreUnavailable) -> ApiError:
+        """The refusal of a change the store failed (maybe stored: if so, the topics
+        version tells every replica, this one too, to load the topics again)."""
+        self.log.warning("topic_write_failed", error=str(e))
+        return store_unreachable()
+
     async def _put_topic(self, topic: Topic) -> list[str]:
         """Stores the topic and makes it known; answers the groups whose metadata that concerns."""
         try:
@@ -133,7 +138,7 @@ class TopicAdmin:
         except StoreConflict as e:
             raise await self._topic_conflict(topic, e) from e
         except StoreUnavailable as e:
-            raise _store_error(e) from e
+            raise self._store_failed(e) from e
         created = topic.topic_id not in self.writer.image.by_id
         concerned = self._install(self.writer.image.with_topic(topic), topic.name)
         self.log.info(
@@ -152,7 +157,8 @@ class TopicAdmin:
         try:
             concerned = await self._load()
         except (StoreUnavailable, StoreConflict) as load_error:
-            return CoordinatorNotAvailable(f"The store is unavailable: {load_error}")
+            self.log.warning("topics_load_failed", error=str(load_error))
+            return store_unreachable()
         await self._refresh(concerned)
         if e.constraint == "topics_name_key":
             return TopicAlreadyExists(f"Topic '{topic.name}' already exists.")
@@ -178,7 +184,3 @@ class TopicAdmin:
             return []
         self.log.info("topics_reloaded", changed=sorted(changed), topics=len(new.by_id))
         return self.writer.install_topics(new, changed, topic_changes(old, new, changed))
-
-
-def _store_error(e: StoreUnavailable) -> ApiError:
-    return CoordinatorNotAvailable(f"The store is unavailable: {e}")

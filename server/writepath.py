@@ -67,6 +67,17 @@ AsyncOperation = Callable[[Group | None, Context], Awaitable[Result[T]]]
 #: shard (or cannot store); background work logs it and tries again later.
 NOT_SERVED = (CoordinatorNotAvailable, CoordinatorLoadInProgress, NotCoordinator)
 
+#: What every request the store failed is answered (COORDINATOR_NOT_AVAILABLE), whatever
+#: the failure: the driver's own text (a refused socket, a reset connection) is logged,
+#: never sent (README.md, "When Postgres is away").
+STORE_UNREACHABLE = "The store (Postgres) is unreachable; retry after a backoff."
+
+
+def store_unreachable() -> CoordinatorNotAvailable:
+    """The refusal of a request the store failed (log the failure itself where it is caught)."""
+    return CoordinatorNotAvailable(STORE_UNREACHABLE)
+
+
 #: An operation computed elsewhere with more records than this prepares its rows in a thread.
 PREPARE_INLINE_MAX_RECORDS = 32
 
@@ -781,7 +792,7 @@ class GroupWriter:
             return NotCoordinator(str(e))
         self.log.warning("group_write_failed", group_id=group_id, error=str(e))
         self._store_failed()
-        return CoordinatorNotAvailable(str(e))
+        return store_unreachable()
 
     @property
     def store_down(self) -> bool:
@@ -797,7 +808,7 @@ class GroupWriter:
         back, which gives its members a full session (as after any failed write)."""
         if self.store_down:
             self._mark_stale(group_id, NOTHING_IN_DOUBT)
-            raise CoordinatorNotAvailable("The store (Postgres) is unreachable; retry after a backoff.")
+            raise store_unreachable()
 
     def _mark_stale(self, group_id: str, in_doubt: WriteInDoubt) -> None:
         self._stale[group_id] = self._stale.get(group_id, NOTHING_IN_DOUBT).plus(in_doubt)
@@ -809,8 +820,9 @@ class GroupWriter:
         try:
             group = await self.store.load_group(group_id)
         except StoreUnavailable as e:
+            self.log.warning("group_load_failed", group_id=group_id, error=str(e))
             self._store_failed()
-            raise CoordinatorNotAvailable(str(e)) from e
+            raise store_unreachable() from e
         del self._stale[group_id]
         self.assigner.forget((group_id,))  # the worker's copy was read from the old object
         if group is None:
