@@ -431,6 +431,8 @@ class RegroupServer:
             await self._health_server.start()
 
     async def _store_changed(self, available: bool) -> None:
+        if available and self.coordinator is not None:
+            self.coordinator.store_available()
         if self._health is not None:
             status = (
                 health_pb2.HealthCheckResponse.SERVING

@@ -8,7 +8,8 @@ write does: the store away (or still believed away just after it came back), the
 shard's lease in doubt, the shard moving. A failed refresh is not dropped: the
 group's refresh timer tries it again every REFRESH_RETRY_MS, against the topics as
 they are then, until one is stored or the group leaves this replica (whoever
-loads it next refreshes it on load). A refresh of a group whose stored metadata
+loads it next refreshes it on load); when the store answers again after it was
+seen away, every refresh waiting so is tried at once (`retry_now`). A refresh of a group whose stored metadata
 already takes the topics in bumps nothing, so retrying is free, and so is the
 refresh after a join that took the change in first.
 """
@@ -32,6 +33,8 @@ class GroupRefresher:
     def __init__(self, writer: GroupWriter) -> None:
         self.writer = writer
         self.log: Any = writer.log
+        #: The groups whose refresh timer may be armed (see `retry_now`).
+        self._waiting: set[str] = set()
 
     async def refresh(self, group_ids: Iterable[str]) -> None:
         """Refreshes the groups one after the other (each failure is retried on its own)."""
@@ -59,6 +62,7 @@ class GroupRefresher:
                 key = TimerKey(group_id, "", "refresh")
                 if writer.timers.deadline(key) is None:
                     writer.timers.schedule(key, writer.clock.monotonic_ms() + REFRESH_RETRY_MS)
+                self._waiting.add(group_id)
             self.log.warning(
                 "metadata_refresh_failed",
                 group_id=group_id,
@@ -66,6 +70,17 @@ class GroupRefresher:
                 retry_in_ms=REFRESH_RETRY_MS if retry else None,
             )
             return False
+        self._waiting.discard(group_id)
         if seen:
             writer.topic_news_told(group_id, seen[-1])
         return bumped
+
+    def retry_now(self) -> None:
+        """Brings every waiting refresh's timer to now (the store answers again)."""
+        timers, now = self.writer.timers, self.writer.clock.monotonic_ms()
+        for group_id in list(self._waiting):
+            key = TimerKey(group_id, "", "refresh")
+            if timers.deadline(key) is None:
+                self._waiting.discard(group_id)  # its group left, with its timers
+            else:
+                timers.schedule(key, now)

@@ -188,6 +188,10 @@ class Coordinator:
     def store_down(self) -> bool:
         return self.writer.store_down
 
+    def store_available(self) -> None:
+        """The store answers again after it was seen away: what waited for it goes now."""
+        self.refresher.retry_now()
+
     def group(self, group_id: str) -> Group | None:
         return self.writer.groups.get(group_id)
 

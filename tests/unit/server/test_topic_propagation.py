@@ -37,10 +37,6 @@ CONFIG = GroupConfig(session_timeout_ms=600_000, assignment_interval_ms=0)
 MAX_STEPS = 10
 
 
-async def _nothing(available: bool) -> None:
-    pass
-
-
 @dataclass
 class Replica:
     coordinator: Coordinator
@@ -63,7 +59,12 @@ class Replica:
 def _replica(name: str, database: MemoryDatabase, clock: ManualClock) -> Replica:
     store = MemoryStore(name, database)
     coordinator = Coordinator(store, CONFIG, clock, run_timers=False, leases=LEASES)
-    watch = coordinator.watch = StoreWatch(store.ping, _nothing, interval_s=1.0)
+
+    async def changed(available: bool) -> None:  # as the app's
+        if available:
+            coordinator.store_available()
+
+    watch = coordinator.watch = StoreWatch(store.ping, changed, interval_s=1.0)
     return Replica(coordinator, store, watch)
 
 
@@ -219,6 +220,19 @@ async def test_a_growth_reaches_every_group_whatever_step_fails(replicas: list[R
             await r.coordinator.refresher.refresh([r.group_id])
     assert all(r.coordinator.groups[r.group_id].group_epoch == epochs[r.group_id] + 1 for r in replicas)
     assert [r.store.commits for r in replicas] == commits
+
+
+async def test_the_stores_return_tries_the_waiting_refreshes_at_once(replicas: list[Replica]) -> None:
+    a = replicas[0]
+    c, group_id = a.coordinator, a.group_id
+    epoch = c.groups[group_id].group_epoch
+    a.believe_down()
+    assert (await c.create_partitions([(TOPIC, "", 10, ())]))[0].error is None
+    assert c.groups[group_id].group_epoch == epoch  # refused: the store is believed away
+
+    await a.watch.check()  # it answers: no second passes, the refresh is due already
+    await c.expire_due()
+    assert c.groups[group_id].group_epoch == epoch + 1
 
 
 # -- each change in the history, also when another write's bump takes it in ----------
