@@ -20,7 +20,8 @@ from regroup.reconciler.model import MemberMetadata, MemberState
 from regroup.reconciler.records import CurrentAssignmentRecord, GroupMetadataRecord, MemberMetadataRecord
 from regroup.server.clock import ManualClock
 from regroup.server.store import PostgresStore, StoreUnavailable
-from regroup.v1 import common_pb2, coordinator_pb2
+from regroup.server.writepath import STORE_UNREACHABLE
+from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
 from tests.support.leases import hold_all
 from tests.support.ownership import OwnershipRegistry
@@ -341,3 +342,66 @@ async def test_the_store_closes_after_an_outage_killed_its_connections(
         await store.append("g1", [_step(3)], fence("g1"))
     finally:
         await asyncio.wait_for(store.close(), 10)
+
+
+async def _grow(service: Service, topic: str, count: int) -> admin_pb2.CreatePartitionsResponse:
+    return await service.stubs.admin.CreatePartitions(
+        admin_pb2.CreatePartitionsRequest(
+            topics=[admin_pb2.CreatePartitionsRequest.Topic(name=topic, count=count)]
+        )
+    )
+
+
+async def test_a_growth_acknowledged_right_after_an_outage_reaches_every_group(
+    start_service: ServiceFactory, stoppable_postgres: StoppablePostgres
+) -> None:
+    """Issue 37, item 7: CreatePartitions sent as soon as Postgres answers again, while
+    the coordinator still believes it away (its watch checks once a second), is
+    acknowledged; the groups' refresh, refused on that belief, must not be dropped.
+    Two groups of idle members (they heartbeat, nothing else) reach the new partitions."""
+    service = await start_service(session_timeout_ms=60_000, store_check_ms=1_000)
+    await service.stubs.create_topic("ev-topic", 8)
+    groups = {
+        g: [WireMember(service.stubs.coordinator, g, f"{g}-m{i}", ["ev-topic"]) for i in range(2)]
+        for g in ("ev-a", "ev-b")
+    }
+    for group_id, members in groups.items():
+        await converge(service.stubs, group_id, members)
+
+    await asyncio.to_thread(stoppable_postgres.stop_immediately)
+    await _wait_health(service, NOT_SERVING)
+    await asyncio.to_thread(stoppable_postgres.restart)
+    grown = await _grow(service, "ev-topic", 10)
+    assert grown.topics[0].error_code == common_pb2.NONE, grown.topics[0].error_message
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while any(sum(len(m.partitions()) for m in members) != 10 for members in groups.values()):
+        assert loop.time() < deadline, {g: [m.partitions() for m in ms] for g, ms in groups.items()}
+        for members in groups.values():
+            for member in members:
+                await member.heartbeat()
+            assert_disjoint(members)
+        await asyncio.sleep(0.05)
+    for group_id in groups:
+        events = await service.stubs.admin.ListGroupEvents(
+            admin_pb2.ListGroupEventsRequest(
+                group_id=group_id, types=[admin_pb2.GROUP_EVENT_TYPE_TOPIC_GROWN]
+            )
+        )
+        assert [(e.topic_name, e.partition_count) for e in events.events] == [("ev-topic", 10)]
+
+
+async def test_a_join_the_store_failed_is_refused_with_the_documented_message(
+    start_service: ServiceFactory, stoppable_postgres: StoppablePostgres
+) -> None:
+    """The join finds Postgres gone (the watch has not looked yet): the answer is the
+    documented refusal, not the driver's text (FileNotFoundError on the socket)."""
+    service = await start_service(store_check_ms=3_600_000)
+    await service.stubs.create_topic("orders", 2)
+    await asyncio.to_thread(stoppable_postgres.stop_immediately)
+
+    refused = await WireMember(service.stubs.coordinator, "g", "m", ["orders"]).heartbeat()
+    assert refused.error_code == common_pb2.COORDINATOR_NOT_AVAILABLE
+    assert refused.error_message == STORE_UNREACHABLE
+    await asyncio.to_thread(stoppable_postgres.restart)
