@@ -75,6 +75,10 @@ class GroupRefresher:
             writer.topic_news_told(group_id, seen[-1])
         return bumped
 
+    def forget(self, group_ids: Iterable[str]) -> None:
+        """The groups left this replica (their timers went with them)."""
+        self._waiting.difference_update(group_ids)
+
     def retry_now(self) -> None:
         """Brings every waiting refresh's timer to now (the store answers again)."""
         timers, now = self.writer.timers, self.writer.clock.monotonic_ms()

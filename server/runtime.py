@@ -290,6 +290,7 @@ class Coordinator:
 
     async def _drop_shards(self, shards: Sequence[int]) -> None:
         dropped = self.writer.drop_shards(shards)
+        self.refresher.forget(dropped)
         self.history.moved(
             dropped, "This replica no longer serves the group (its shard was released); find its coordinator."
         )

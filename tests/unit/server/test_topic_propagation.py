@@ -282,3 +282,16 @@ async def test_two_growths_one_bump_takes_in_are_both_told(replicas: list[Replic
     grown = [(e.partition_count, e.group_epoch) for e in events if e.type is EventType.TOPIC_GROWN]
     assert grown == [(10, epoch + 1), (12, epoch + 1)]
     assert c.groups[group_id].group_epoch == epoch + 1
+
+
+async def test_a_refresh_waiting_for_a_group_that_left_is_forgotten(replicas: list[Replica]) -> None:
+    a = replicas[0]
+    c, group_id = a.coordinator, a.group_id
+    a.believe_down()
+    await c.create_partitions([(TOPIC, "", 10, ())])
+    assert group_id in c.refresher._waiting
+
+    await c.keeper.stop(release=True)  # hands its shards over: the group leaves, its timers too
+    assert group_id not in c.groups and group_id not in c.refresher._waiting
+    c.store_available()
+    assert await c.expire_due() == []
