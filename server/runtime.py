@@ -145,6 +145,7 @@ class Coordinator:
             lambda: len(self.writer.shards.held),
             lease_rounds,
             shard_moves,
+            lambda: not self.store_down,
         )
 
     @property

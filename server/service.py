@@ -52,7 +52,7 @@ Handler = Callable[[Any, Req, Ctx], Awaitable[Resp]]
 
 def internal_errors(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
     """Turns an unexpected exception into INTERNAL (after logging it) instead of UNKNOWN,
-    and records every call's duration and outcome (`rpc.server.duration`): the error code
+    and records every call's duration and outcome (`rpc.server.call.duration`): the error code
     of its response (0 for responses that carry one per item), or the status it ended with."""
     name = method.__name__
 

@@ -12,10 +12,15 @@ the in-memory seams get by default. `start_metrics` builds the SDK's `MeterProvi
   `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` variable is set (its other `OTEL_*` variables
   apply as the exporter reads them).
 
-Names follow OpenTelemetry's semantic conventions where one applies (`rpc.server.duration`,
-its `rpc.system`, `rpc.service`, `rpc.method` and `rpc.grpc.status_code` attributes), and
-are regroup's own under `regroup.` otherwise. Durations are in seconds except
-`rpc.server.duration` (milliseconds, as that convention has it).
+Names follow OpenTelemetry's semantic conventions where one applies, as the pinned
+opentelemetry-semantic-conventions package states them: `rpc.server.call.duration` (seconds),
+with `rpc.system.name`, `rpc.method` (service/method), `rpc.response.status_code` and, when that
+status is a server error, `error.type`. The rest are regroup's own under `regroup.`. Every
+duration is in seconds and every histogram has bucket bounds that fit what it measures (the
+SDK's default bounds, 0 to 10,000, are meant for milliseconds: 0.5 ms would land in 0 - 5 s).
+An error is labelled by its code's name in lower case (`stale_member_epoch`), in every metric.
+Counters whose labels are known start at 0 for each of them: a series that first appears at its
+first increase hides that increase from `rate()` and `increase()`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,17 @@ from typing import Any, TypeVar
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace as otel_trace
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
+from opentelemetry.semconv._incubating.attributes.rpc_attributes import (
+    RPC_METHOD,
+    RPC_RESPONSE_STATUS_CODE,
+    RPC_SYSTEM_NAME,
+    RpcSystemNameValues,
+)
+from opentelemetry.semconv._incubating.metrics.rpc_metrics import RPC_SERVER_CALL_DURATION
+from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
+
+from regroup.reconciler.errors import ErrorCode
+from regroup.reconciler.history import BUMP_CAUSES
 
 T = TypeVar("T")
 
@@ -45,6 +61,98 @@ _RpcKey = tuple[str, str, int, str]
 
 #: A group's state and type as the gauges report them.
 GroupCounts = Callable[[], Mapping[tuple[str, str], int]]
+
+# -- bucket bounds (seconds) -------------------------------------------------------------
+
+#: Calls and store transactions: a heartbeat answered from memory takes a few hundred
+#: microseconds, one that writes milliseconds, one held up by a slow store seconds (its
+#: statements give up after REGROUP_STORE_TIMEOUT_MS, 10 s by default).
+CALL_BOUNDS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+#: Target computations: a small group's take microseconds, a 100,000-partition group's
+#: (offloaded to a worker process) seconds, longer on a loaded machine.
+COMPUTATION_BOUNDS = (*CALL_BOUNDS, 30.0, 60.0)
+#: From an epoch bump to Stable: members learn of the change as they heartbeat (every
+#: 5 s by default), and a member that does not revoke is removed by the rebalance timeout.
+STABILIZATION_BOUNDS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
+
+# -- the labels each counter starts with, at 0 --------------------------------------------
+
+
+def error_name(code: int) -> str:
+    """An error code as every metric labels it: its name in lower case (`none` for success)."""
+    try:
+        return ErrorCode(code).name.lower()
+    except ValueError:  # a code this build does not know (a newer replica's): its number
+        return str(code)
+
+
+#: Why a group epoch was bumped (server/events.py: the member records' cause, or the
+#: operation's through BUMP_CAUSES).
+BUMP_REASONS = (
+    "member_joined",
+    "member_left",
+    "member_metadata_changed",
+    "member_fenced",
+    *sorted(set(BUMP_CAUSES.values())),
+)
+COMPUTATION_MODES = ("inline", "offloaded")
+TIMEOUT_KINDS = ("session", "rebalance")
+STORE_OUTCOMES = ("ok", "failed")
+#: A committed offset (`none`), a partition refused (reconciler/offsets.py's checks) or a
+#: whole commit refused (the member's epoch, the coordinator): other codes appear as they occur.
+OFFSET_OUTCOMES = tuple(
+    error_name(code)
+    for code in (
+        ErrorCode.NONE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.OFFSET_METADATA_TOO_LARGE,
+        ErrorCode.PARTITION_NOT_OWNED,
+        ErrorCode.STALE_MEMBER_EPOCH,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+    )
+)
+
+
+def _store_answers() -> bool:
+    return True
 
 
 @dataclass(frozen=True)
@@ -59,6 +167,8 @@ class Gauges:
     #: outcome, and shards by how they moved (acquired, released, lost).
     lease_rounds: Callable[[], Mapping[str, int]] = dict
     shard_moves: Callable[[], Mapping[str, int]] = dict
+    #: Whether the store answered its last check (server/storewatch.py), read from any thread.
+    store_available: Callable[[], bool] = _store_answers
 
 
 class Metrics:
@@ -69,7 +179,7 @@ class Metrics:
     def __init__(self, meter: Meter | None = None, rpc_durations: RpcDurations | None = None) -> None:
         meter = meter or otel_metrics.NoOpMeter(SCOPE)
         self.meter = meter
-        #: rpc.server.duration, aggregated here: the SDK's Histogram.record costs 8 - 20 us a
+        #: rpc.server.call.duration, aggregated here: the SDK's Histogram.record costs 8 - 20 us a
         #: call (it cleans and hashes the five attributes each time), which measured 7 - 10% of
         #: a heartbeat that changes nothing; a bucket index and four additions cost about 1 us.
         #: The readers that `start_metrics` makes add it to every collection (`RpcDurations`).
@@ -97,11 +207,13 @@ class Metrics:
             "regroup.assignment.computation.duration",
             unit="s",
             description="How long computing a target assignment took.",
+            explicit_bucket_boundaries_advisory=COMPUTATION_BOUNDS,
         )
         self.stabilization = meter.create_histogram(
             "regroup.group.stabilization.duration",
             unit="s",
             description="From a group epoch bump until the group is Stable at that epoch or a later one.",
+            explicit_bucket_boundaries_advisory=STABILIZATION_BOUNDS,
         )
         self.timeouts = meter.create_counter(
             "regroup.timeouts", unit="{timeout}", description="Session and rebalance timeouts that fired."
@@ -112,13 +224,25 @@ class Metrics:
             description="Group writes sent to Postgres, by outcome (ok, failed).",
         )
         self.store_duration = meter.create_histogram(
-            "regroup.store.transaction.duration", unit="s", description="How long a group write took."
+            "regroup.store.transaction.duration",
+            unit="s",
+            description="How long a group write took.",
+            explicit_bucket_boundaries_advisory=CALL_BOUNDS,
         )
         self.offsets = meter.create_counter(
             "regroup.offsets",
             unit="{partition}",
             description="Partition offsets committed, or refused, by outcome (the error code's name).",
         )
+        for counter, label, values in (
+            (self.epoch_bumps, "reason", BUMP_REASONS),
+            (self.computations, "mode", COMPUTATION_MODES),
+            (self.timeouts, "kind", TIMEOUT_KINDS),
+            (self.store_transactions, "outcome", STORE_OUTCOMES),
+            (self.offsets, "outcome", OFFSET_OUTCOMES),
+        ):
+            for value in values:
+                counter.add(0, {label: value})
 
     def _observe_heartbeats(self, _: CallbackOptions) -> Iterable[Observation]:
         # Two reads of ints another thread increments: each is atomic, and a total only grows.
@@ -131,9 +255,7 @@ class Metrics:
 
     def rpc(self, service: str, method: str, started: float, error_code: int, status: str = "OK") -> None:
         """One answered RPC: `started` is `time.perf_counter()` at its start."""
-        self.rpc_durations.record(
-            (service, method, error_code, status), (time.perf_counter() - started) * 1000
-        )
+        self.rpc_durations.record((service, method, error_code, status), time.perf_counter() - started)
 
     def heartbeat(self, written: bool) -> None:
         if written:
@@ -196,7 +318,7 @@ class Metrics:
             description="Lease rounds (one statement renewing, releasing and acquiring), by outcome.",
         )
         self.meter.create_observable_counter(
-            "regroup.shards.moves",
+            "regroup.shard.moves",
             [lambda _: [Observation(n, {"move": k}) for k, n in gauges.shard_moves().items()]],
             unit="{shard}",
             description="Shards this replica acquired, released, or lost (taken while it could not renew).",
@@ -207,25 +329,17 @@ class Metrics:
             unit="{shard}",
             description="Shards whose lease this replica holds.",
         )
+        self.meter.create_observable_gauge(
+            "regroup.store.available",
+            [lambda _: [Observation(int(gauges.store_available()))]],
+            description="1 while the store (Postgres) answered its last check, 0 while it does not.",
+        )
 
 
-#: rpc.server.duration's bucket bounds (ms): OpenTelemetry's default explicit buckets.
-RPC_BOUNDS = (
-    0.0,
-    5.0,
-    10.0,
-    25.0,
-    50.0,
-    75.0,
-    100.0,
-    250.0,
-    500.0,
-    750.0,
-    1000.0,
-    2500.0,
-    5000.0,
-    7500.0,
-    10000.0,
+#: gRPC status codes a server reports as errors (OpenTelemetry's gRPC conventions): the
+#: others (INVALID_ARGUMENT, PERMISSION_DENIED, ...) are the caller's, and get no error.type.
+GRPC_SERVER_ERRORS = frozenset(
+    {"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS"}
 )
 
 
@@ -236,7 +350,7 @@ class _Series:
     __slots__ = ("count", "counts", "max", "min", "sum")
 
     def __init__(self) -> None:
-        self.counts = [0] * (len(RPC_BOUNDS) + 1)
+        self.counts = [0] * (len(CALL_BOUNDS) + 1)
         self.sum = 0.0
         self.count = 0
         self.min = math.inf
@@ -244,26 +358,27 @@ class _Series:
 
 
 class RpcDurations:
-    """rpc.server.duration, recorded on the event loop and read as OpenTelemetry points."""
+    """rpc.server.call.duration, recorded on the event loop and read as OpenTelemetry points."""
 
-    NAME = "rpc.server.duration"
+    NAME = RPC_SERVER_CALL_DURATION
+    UNIT = "s"
     DESCRIPTION = "Duration of the RPCs this server answered."
 
     def __init__(self) -> None:
         self.series: dict[_RpcKey, _Series] = {}
         self.start_ns = time.time_ns()
 
-    def record(self, key: _RpcKey, ms: float) -> None:
+    def record(self, key: _RpcKey, seconds: float) -> None:
         series = self.series.get(key)
         if series is None:
             series = self.series[key] = _Series()
-        series.counts[bisect.bisect_left(RPC_BOUNDS, ms)] += 1
-        series.sum += ms
+        series.counts[bisect.bisect_left(CALL_BOUNDS, seconds)] += 1
+        series.sum += seconds
         series.count += 1
-        if ms < series.min:
-            series.min = ms
-        if ms > series.max:
-            series.max = ms
+        if seconds < series.min:
+            series.min = seconds
+        if seconds > series.max:
+            series.max = seconds
 
     def points(self) -> list[Any]:
         """A consistent copy, as HistogramDataPoints (call it on the loop that records)."""
@@ -272,28 +387,37 @@ class RpcDurations:
         now = time.time_ns()
         return [
             HistogramDataPoint(
-                attributes={
-                    "rpc.system": "grpc",
-                    "rpc.service": service,
-                    "rpc.method": method,
-                    "rpc.grpc.status_code": status,
-                    "regroup.error_code": code,
-                },
+                attributes=rpc_attributes(key),
                 start_time_unix_nano=self.start_ns,
                 time_unix_nano=now,
                 count=s.count,
                 sum=s.sum,
                 bucket_counts=list(s.counts),
-                explicit_bounds=list(RPC_BOUNDS),
+                explicit_bounds=list(CALL_BOUNDS),
                 min=s.min,
                 max=s.max,
             )
-            for (service, method, code, status), s in list(self.series.items())
+            for key, s in list(self.series.items())
         ]
 
 
+def rpc_attributes(key: _RpcKey) -> dict[str, str]:
+    """A call's attributes (built at each collection, not per call): the conventions'
+    fully-qualified `rpc.method`, and the response's error code by name."""
+    service, method, code, status = key
+    attributes = {
+        RPC_SYSTEM_NAME: RpcSystemNameValues.GRPC.value,
+        RPC_METHOD: f"{service}/{method}",
+        RPC_RESPONSE_STATUS_CODE: status,
+        "regroup.error_code": error_name(code),
+    }
+    if status in GRPC_SERVER_ERRORS:
+        attributes[ERROR_TYPE] = status
+    return attributes
+
+
 def with_rpc_durations(metrics_data: Any, points: list[Any]) -> Any:
-    """`metrics_data` (one collection of the SDK) with rpc.server.duration added to the
+    """`metrics_data` (one collection of the SDK) with rpc.server.call.duration added to the
     server's scope, as a cumulative histogram."""
     from opentelemetry.sdk.metrics.export import (
         AggregationTemporality,
@@ -309,7 +433,7 @@ def with_rpc_durations(metrics_data: Any, points: list[Any]) -> Any:
     metric = Metric(
         RpcDurations.NAME,
         RpcDurations.DESCRIPTION,
-        "ms",
+        RpcDurations.UNIT,
         Histogram(points, AggregationTemporality.CUMULATIVE),
     )
     resources = []
@@ -373,6 +497,7 @@ def on_loop(loop: asyncio.AbstractEventLoop, gauges: Gauges, timeout_s: float = 
         on_loop_call(loop, gauges.shards_held, timeout_s),
         gauges.lease_rounds,
         gauges.shard_moves,
+        gauges.store_available,
     )
 
 

@@ -4,6 +4,7 @@ the numbers match what happened (issue 21)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import urllib.request
 from collections.abc import Mapping
 
@@ -17,6 +18,10 @@ from tests.support.wire import WireMember, converge
 pytestmark = pytest.mark.integration
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+#: rpc.server.call.duration's count, as Prometheus names it.
+CALLS = "rpc_server_call_duration_seconds_count"
+COORDINATOR = "regroup.v1.GroupCoordinator"
 
 
 def _scrape(service: Service) -> Samples:
@@ -112,18 +117,19 @@ async def test_metrics_tell_what_a_scripted_rebalance_did(start_service: Service
     assert total(samples, "regroup_members") == 1
     assert total(samples, "regroup_revocations_pending") == 0
     assert total(samples, "regroup_shards_held") == 64
-    assert total(samples, "regroup_shards_moves_total", move="acquired") == 64
+    assert total(samples, "regroup_shard_moves_total", move="acquired") == 64
     assert total(samples, "regroup_lease_rounds_total", outcome="ok") >= 1
     assert total(samples, "regroup_lease_rounds_total", outcome="failed") == 0
-    # Every call, by method and outcome (the response's error code).
-    heartbeats = total(samples, "rpc_server_duration_milliseconds_count", rpc_method="ConsumerGroupHeartbeat")
+    # Every call, by method and outcome (the response's error code, by name as offsets have it).
+    heartbeats = total(samples, CALLS, rpc_method=f"{COORDINATOR}/ConsumerGroupHeartbeat")
     assert heartbeats == total(samples, "regroup_heartbeats_total")
     commits = by_label(
-        {k: v for k, v in samples.items() if ("rpc_method", "OffsetCommit") in k[1]},
-        "rpc_server_duration_milliseconds_count",
+        {k: v for k, v in samples.items() if ("rpc_method", f"{COORDINATOR}/OffsetCommit") in k[1]},
+        CALLS,
         "regroup_error_code",
     )
-    assert commits == {"0": 1, str(common_pb2.STALE_MEMBER_EPOCH): 1}  # refused as a whole
+    assert commits == {"none": 1, "stale_member_epoch": 1}  # refused as a whole
+    assert total(samples, CALLS, rpc_system_name="grpc") == total(samples, CALLS)
 
 
 async def test_session_timeouts_are_counted(start_service: ServiceFactory) -> None:
@@ -143,3 +149,62 @@ async def test_session_timeouts_are_counted(start_service: ServiceFactory) -> No
         "member_joined": 1,
         "session_expired": 1,
     }
+
+
+def bounds(samples: Samples, name: str) -> list[float]:
+    return sorted({float(dict(ls)["le"]) for (n, ls), _ in samples.items() if n == f"{name}_bucket"})
+
+
+async def test_counters_start_at_zero_and_histograms_have_bounds_in_seconds(
+    start_service: ServiceFactory,
+) -> None:
+    """Scraped right after the start: every counter with known labels is there at 0 (a rate
+    over a series that appears at its first increase misses it), the store is up, and the
+    histograms' buckets are in seconds, from 100 us."""
+    service = await start_service(metrics_listen="127.0.0.1:0")
+    samples = await scrape(service)
+    for name, label, values in (
+        ("regroup_timeouts_total", "kind", {"session", "rebalance"}),
+        ("regroup_store_transactions_total", "outcome", {"ok", "failed"}),
+        ("regroup_assignment_computations_total", "mode", {"inline", "offloaded"}),
+        ("regroup_heartbeats_total", "outcome", {"unchanged", "written"}),
+        ("regroup_lease_rounds_total", "outcome", {"ok", "failed"}),
+        ("regroup_shard_moves_total", "move", {"acquired", "released", "lost"}),
+        ("regroup_offsets_total", "outcome", {"none", "stale_member_epoch"}),
+        ("regroup_group_epoch_bumps_total", "reason", {"member_joined", "session_expired"}),
+    ):
+        found = {dict(ls).get(label) for (n, ls) in samples if n == name}
+        assert values <= found, (name, found)
+    assert total(samples, "regroup_timeouts_total") == 0
+    assert total(samples, "regroup_store_available") == 1
+
+    await service.stubs.create_topic("orders", 2)
+    await converge(service.stubs, "g", [WireMember(service.stubs.coordinator, "g", "m1", ["orders"])])
+    samples = await scrape(service)
+    call_bounds = [
+        0.0001,
+        0.00025,
+        0.0005,
+        0.001,
+        0.0025,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+        5,
+        10,
+    ]
+    assert bounds(samples, "rpc_server_call_duration_seconds") == [*call_bounds, math.inf]
+    assert bounds(samples, "regroup_store_transaction_duration_seconds") == [*call_bounds, math.inf]
+    assert bounds(samples, "regroup_assignment_computation_duration_seconds") == [
+        *call_bounds,
+        30,
+        60,
+        math.inf,
+    ]
+    assert bounds(samples, "regroup_group_stabilization_duration_seconds")[:2] == [0.01, 0.025]

@@ -54,14 +54,17 @@ async def test_metrics_and_spans_reach_an_otlp_collector(
         for _ in range(100):
             names = {m.name for m in collector.metrics}
             spans = {s.name for s in collector.spans}
-            if {"rpc.server.duration", "regroup.heartbeats"} <= names and "regroup.store.append" in spans:
+            if {
+                "rpc.server.call.duration",
+                "regroup.heartbeats",
+            } <= names and "regroup.store.append" in spans:
                 break
             await asyncio.sleep(0.1)
-        assert {"rpc.server.duration", "regroup.heartbeats", "regroup.group.epoch_bumps"} <= names
+        assert {"rpc.server.call.duration", "regroup.heartbeats", "regroup.group.epoch_bumps"} <= names
         assert "regroup.v1.GroupCoordinator/ConsumerGroupHeartbeat" in spans
         assert "regroup.store.append" in spans
-        (durations, *_) = [m for m in collector.metrics if m.name == "rpc.server.duration"]
-        assert durations.unit == "ms" and durations.histogram.data_points
+        (durations, *_) = [m for m in collector.metrics if m.name == "rpc.server.call.duration"]
+        assert durations.unit == "s" and durations.histogram.data_points
         await service.server.stop()  # its last export, while the collector still listens
     finally:
         await server.stop(0)

@@ -1,7 +1,10 @@
 """server/telemetry.py without a server: the log processor's trace ids, the tracing switch,
-the metrics setting, and the hot path's counts read by the observable counter."""
+the metrics setting, the hot path's counts read by the observable counter, the RPC histogram's
+names, and every histogram's bounds and counter's starting series."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -57,50 +60,128 @@ def test_heartbeat_counts_are_collected_as_a_counter() -> None:
     assert {p.attributes["outcome"]: p.value for p in points} == {"unchanged": 2, "written": 1}
 
 
+def _points(data: object, name: str) -> list[Any]:
+    return [
+        p
+        for rm in data.resource_metrics  # type: ignore[attr-defined]
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == name
+        for p in m.data.data_points
+    ]
+
+
 def test_rpc_durations_reach_a_reader_as_the_sdk_would_aggregate_them() -> None:
     """The hot path's own histogram, merged into each collection, against the SDK's own
     explicit-bucket histogram fed the same values: same counts, sum, min, max, buckets."""
     from opentelemetry.sdk.metrics.export import HistogramDataPoint
 
-    from regroup.server.telemetry import RPC_BOUNDS, RpcDurations, merging
+    from regroup.server.telemetry import CALL_BOUNDS, RpcDurations, merging
 
     durations = RpcDurations()
-    values = [0.0, 0.3, 5.0, 5.01, 12.0, 99.9, 100.0, 20_000.0]
+    values = [0.0, 0.00003, 0.0001, 0.0005, 0.00050001, 0.012, 0.0999, 0.1, 20.0]
     key = ("regroup.v1.GroupCoordinator", "ConsumerGroupHeartbeat", 0, "OK")
     reader = merging(InMemoryMetricReader, durations.points)()
     sdk_reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader, sdk_reader])
-    reference = provider.get_meter("reference").create_histogram("reference", unit="ms")
+    reference = provider.get_meter("reference").create_histogram(
+        "reference", unit="s", explicit_bucket_boundaries_advisory=CALL_BOUNDS
+    )
     Metrics(provider.get_meter("regroup.server"), durations)  # the scope the durations join
-    for ms in values:
-        durations.record(key, ms)
-        reference.record(ms, {"k": "v"})
+    for seconds in values:
+        durations.record(key, seconds)
+        reference.record(seconds, {"k": "v"})
 
-    def point(data: object, name: str) -> HistogramDataPoint:
-        (found,) = [
-            p
-            for rm in data.resource_metrics  # type: ignore[attr-defined]
-            for sm in rm.scope_metrics
-            for m in sm.metrics
-            if m.name == name
-            for p in m.data.data_points
-        ]
-        assert isinstance(found, HistogramDataPoint)
-        return found
-
-    ours = point(reader.get_metrics_data(), "rpc.server.duration")
-    theirs = point(sdk_reader.get_metrics_data(), "reference")
-    assert list(ours.explicit_bounds) == list(theirs.explicit_bounds) == list(RPC_BOUNDS)
+    (ours,) = _points(reader.get_metrics_data(), "rpc.server.call.duration")
+    (theirs,) = _points(sdk_reader.get_metrics_data(), "reference")
+    assert isinstance(ours, HistogramDataPoint) and isinstance(theirs, HistogramDataPoint)
+    assert list(ours.explicit_bounds) == list(theirs.explicit_bounds) == list(CALL_BOUNDS)
     assert list(ours.bucket_counts) == list(theirs.bucket_counts)
     assert (ours.count, ours.sum, ours.min, ours.max) == (theirs.count, theirs.sum, theirs.min, theirs.max)
+    # OpenTelemetry's current RPC conventions (rpc.system.name, the fully-qualified
+    # rpc.method, rpc.response.status_code), and the error code by name.
     assert ours.attributes == {
-        "rpc.system": "grpc",
-        "rpc.service": "regroup.v1.GroupCoordinator",
-        "rpc.method": "ConsumerGroupHeartbeat",
-        "rpc.grpc.status_code": "OK",
-        "regroup.error_code": 0,
+        "rpc.system.name": "grpc",
+        "rpc.method": "regroup.v1.GroupCoordinator/ConsumerGroupHeartbeat",
+        "rpc.response.status_code": "OK",
+        "regroup.error_code": "none",
     }
     provider.shutdown()
+
+
+def test_rpc_attributes_name_the_error_and_mark_server_errors_only() -> None:
+    from regroup.server.telemetry import rpc_attributes
+
+    service = "regroup.v1.GroupCoordinator"
+    refused = rpc_attributes((service, "OffsetCommit", 113, "OK"))
+    assert refused["regroup.error_code"] == "stale_member_epoch" and "error.type" not in refused
+    # The caller's fault (a status the conventions do not count as the server's): no error.type.
+    assert "error.type" not in rpc_attributes((service, "OffsetCommit", 0, "PERMISSION_DENIED"))
+    failed = rpc_attributes((service, "OffsetCommit", 0, "INTERNAL"))
+    assert failed["error.type"] == "INTERNAL" and failed["rpc.response.status_code"] == "INTERNAL"
+    # A code this build does not know keeps its number rather than failing the collection.
+    assert rpc_attributes((service, "OffsetCommit", 4242, "OK"))["regroup.error_code"] == "4242"
+
+
+def test_every_histogram_has_bounds_in_seconds_that_fit_what_it_measures() -> None:
+    """OpenTelemetry's default bounds (0, 5, 10, ... 10,000) are for milliseconds: on a
+    histogram in seconds every store write landed in le=5 and read as 2.5 s at p50."""
+    from regroup.server.telemetry import CALL_BOUNDS, COMPUTATION_BOUNDS, STABILIZATION_BOUNDS
+
+    reader = InMemoryMetricReader()
+    metrics = Metrics(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    metrics.stored(0.0005, ok=True)
+    metrics.computed("inline", 0.0005)
+    metrics.stable(0.0005)
+    data = reader.get_metrics_data()
+    expected = {
+        "regroup.store.transaction.duration": CALL_BOUNDS,
+        "regroup.assignment.computation.duration": COMPUTATION_BOUNDS,
+        "regroup.group.stabilization.duration": STABILIZATION_BOUNDS,
+    }
+    for name, bounds in expected.items():
+        (point,) = _points(data, name)
+        assert list(point.explicit_bounds) == list(bounds), name
+    (store,) = _points(data, "regroup.store.transaction.duration")
+    # 0.5 ms is in the bucket (0.25 ms, 0.5 ms], not in (0, 5 s].
+    landed = [bound for bound, n in zip(store.explicit_bounds, store.bucket_counts, strict=False) if n]
+    assert landed == [0.0005]
+    assert CALL_BOUNDS[0] == 0.0001 and CALL_BOUNDS[-1] == 10.0
+
+
+def test_counters_with_known_labels_are_collected_at_zero_from_the_start() -> None:
+    """A series that first appears at its first increase hides that increase from rate()."""
+    from regroup.reconciler.history import BUMP_CAUSES
+
+    reader = InMemoryMetricReader()
+    Metrics(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    data = reader.get_metrics_data()
+
+    def zeros(name: str, label: str) -> set[str]:
+        points = _points(data, name)
+        assert all(p.value == 0 for p in points), name
+        return {str(p.attributes[label]) for p in points}
+
+    assert zeros("regroup.timeouts", "kind") == {"session", "rebalance"}
+    assert zeros("regroup.store.transactions", "outcome") == {"ok", "failed"}
+    assert zeros("regroup.assignment.computations", "mode") == {"inline", "offloaded"}
+    assert zeros("regroup.heartbeats", "outcome") == {"unchanged", "written"}
+    reasons = zeros("regroup.group.epoch_bumps", "reason")
+    assert {"member_joined", "member_left", "member_fenced", *BUMP_CAUSES.values()} <= reasons
+    assert {"none", "stale_member_epoch", "partition_not_owned"} <= zeros("regroup.offsets", "outcome")
+
+
+def test_the_store_gauge_reads_whether_the_store_answers() -> None:
+    from regroup.server.telemetry import Gauges
+
+    reader = InMemoryMetricReader()
+    metrics = Metrics(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    available = [True]
+    metrics.observe(Gauges(dict, lambda: 0, lambda: 0, lambda: 0, store_available=lambda: available[0]))
+    (up,) = _points(reader.get_metrics_data(), "regroup.store.available")
+    available[0] = False
+    (down,) = _points(reader.get_metrics_data(), "regroup.store.available")
+    assert (up.value, down.value) == (1, 0)
 
 
 def test_the_health_port_setting() -> None:
