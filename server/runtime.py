@@ -146,6 +146,7 @@ class Coordinator:
             lease_rounds,
             shard_moves,
             lambda: not self.store_down,
+            lambda: self.writer.longest_rebalance_ms() / 1000,
         )
 
     @property

@@ -155,6 +155,10 @@ def _store_answers() -> bool:
     return True
 
 
+def _none_rebalancing() -> float:
+    return 0.0
+
+
 @dataclass(frozen=True)
 class Gauges:
     """What the observable gauges read when metrics are collected (never on a request)."""
@@ -169,6 +173,8 @@ class Gauges:
     shard_moves: Callable[[], Mapping[str, int]] = dict
     #: Whether the store answered its last check (server/storewatch.py), read from any thread.
     store_available: Callable[[], bool] = _store_answers
+    #: Seconds the longest rebalance in progress has lasted (0: none), read on the loop.
+    rebalance_longest: Callable[[], float] = _none_rebalancing
 
 
 class Metrics:
@@ -296,7 +302,7 @@ class Metrics:
                 for (kind, state), n in gauges.groups().items()
             ]
 
-        def one(read: Callable[[], int]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def one(read: Callable[[], float]) -> Callable[[CallbackOptions], Iterable[Observation]]:
             return lambda _: [Observation(read())]
 
         self.meter.create_observable_gauge(
@@ -333,6 +339,13 @@ class Metrics:
             "regroup.store.available",
             [lambda _: [Observation(int(gauges.store_available()))]],
             description="1 while the store (Postgres) answered its last check, 0 while it does not.",
+        )
+        self.meter.create_observable_gauge(
+            "regroup.group.rebalance.longest",
+            [one(gauges.rebalance_longest)],
+            unit="s",
+            description="How long the longest rebalance in progress has lasted: since the earliest "
+            "epoch bump of a group not Stable since (0 when every group is Stable or Empty).",
         )
 
 
@@ -498,6 +511,7 @@ def on_loop(loop: asyncio.AbstractEventLoop, gauges: Gauges, timeout_s: float = 
         gauges.lease_rounds,
         gauges.shard_moves,
         gauges.store_available,
+        on_loop_call(loop, gauges.rebalance_longest, timeout_s),
     )
 
 

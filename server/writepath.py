@@ -59,6 +59,9 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
 T = TypeVar("T")
+
+#: The states of a group whose rebalance is in progress.
+_REBALANCING = frozenset({GroupState.ASSIGNING, GroupState.RECONCILING})
 Operation = Callable[[Group | None, Context], Result[T]]
 #: An operation that awaits part of its work elsewhere (the group stays locked meanwhile).
 AsyncOperation = Callable[[Group | None, Context], Awaitable[Result[T]]]
@@ -715,6 +718,18 @@ class GroupWriter:
         group = self.groups.get(group_id)
         if group is not None and group_id in self._unsettled and not self._stable_now(group_id, group):
             self._check_stable(group_id)
+
+    def longest_rebalance_ms(self) -> int:
+        """How long the longest rebalance in progress has lasted (for the metrics): since the
+        earliest epoch bump of an Assigning or Reconciling group that has not been Stable
+        since; 0 when there is none. An Empty group has nothing to reconcile."""
+        now = self.clock.wall_ms()
+        oldest = now
+        for group_id, since in list(self._unsettled.items()):
+            group = self.groups.get(group_id)
+            if since < oldest and group is not None and group.state() in _REBALANCING:
+                oldest = since
+        return max(0, now - oldest)
 
     def _stable_now(self, group_id: str, group: Group) -> bool:
         if group.state() is not GroupState.STABLE:

@@ -184,6 +184,64 @@ def test_the_store_gauge_reads_whether_the_store_answers() -> None:
     assert (up.value, down.value) == (1, 0)
 
 
+async def test_the_longest_rebalance_counts_from_the_bump_until_stable_and_not_while_empty() -> None:
+    """regroup.group.rebalance.longest, read from a coordinator on the memory store: what
+    the alert on rebalances that never reach Stable watches."""
+    from regroup.reconciler import ConsumerGroupHeartbeat, GroupConfig, OwnedTopicPartitions
+    from regroup.server.clock import ManualClock
+    from regroup.server.memstore import MemoryStore
+    from regroup.server.runtime import Coordinator
+    from tests.support.leases import MANUAL_LEASES
+
+    clock = ManualClock()
+    config = GroupConfig(assignment_interval_ms=0)
+    c = Coordinator(MemoryStore(), config, clock, run_timers=False, leases=MANUAL_LEASES)
+    await c.start()
+    longest = c.gauges().rebalance_longest
+
+    async def beat(member_id: str, epoch: int | None = None) -> None:
+        member = c.groups["g"].members.get(member_id) if "g" in c.groups else None
+        if epoch is None and member is not None and member.member_epoch > 0:
+            owned = tuple(OwnedTopicPartitions(t, "", tuple(p)) for t, p in member.assigned.items())
+            request = ConsumerGroupHeartbeat(
+                "g", member_id, member.member_epoch, owned_topic_partitions=owned
+            )
+        else:
+            request = ConsumerGroupHeartbeat(
+                "g",
+                member_id,
+                0 if epoch is None else epoch,
+                rebalance_timeout_ms=5_000,
+                subscribed_topic_names=("orders",),
+                owned_topic_partitions=(),
+            )
+        await c.consumer_group_heartbeat(request)
+
+    async def settle(members: list[str]) -> None:
+        for _ in range(10):
+            for m in members:
+                await beat(m)
+            if c.groups["g"].state().value == "Stable":
+                return
+        raise AssertionError("the group did not settle")
+
+    try:
+        await c.create_topics([("orders", 4, ())])
+        await settle(["m1"])
+        assert longest() == 0
+        await beat("m2")  # a bump: m1 must give up two partitions first
+        clock.advance(7_000)
+        assert c.groups["g"].state().value != "Stable" and longest() == 7.0
+        await settle(["m1", "m2"])
+        assert longest() == 0
+        for m in ("m1", "m2"):
+            await beat(m, epoch=-1)  # leaves: Empty, nothing to reconcile
+        clock.advance(60_000)
+        assert c.groups["g"].state().value == "Empty" and longest() == 0
+    finally:
+        await c.stop()
+
+
 def test_the_health_port_setting() -> None:
     assert load_settings({}).health_listen == "off"
     assert load_settings({"REGROUP_HEALTH_LISTEN": "0.0.0.0:8086"}).health_listen == "0.0.0.0:8086"
