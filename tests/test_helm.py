@@ -767,6 +767,35 @@ def test_a_service_monitor_scrapes_every_replica(helm: str) -> None:
     )
 
 
+def test_a_prometheus_rule_carries_the_projects_alerts(helm: str, tmp_path: Path) -> None:
+    """Off by default; on, a PrometheusRule whose spec is monitoring/alerts.yaml. Its CRD's
+    schema is not available offline: the spec is a Prometheus rules file, which promtool
+    checks, and the rest of the release validates as before."""
+    import yaml
+
+    from tests.support.monitoring import ALERTS, promtool
+
+    assert not [d for d in render(helm, DB) if d["kind"] == "PrometheusRule"]
+    sets = (DB, "metrics.prometheusRule.enabled=true", "metrics.prometheusRule.labels.release=prom")
+    docs = render(helm, *sets)
+    rule = one(docs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["name"] == "rg-regroup"
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert rule["spec"] == yaml.safe_load(ALERTS.read_text())
+    rendered = tmp_path / "rules.yaml"
+    rendered.write_text(yaml.safe_dump(rule["spec"]))
+    checked = run(promtool(), "check", "rules", str(rendered))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    others = yaml.safe_dump_all([d for d in docs if d["kind"] != "PrometheusRule"])
+    validate = Path(sys.executable).parent / "kubernetes-validate"
+    result = run(str(validate), "--strict", "--quiet", "-", stdin=others)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Without the metrics endpoint there is nothing for the rules to read.
+    assert not [d for d in render(helm, *sets, "metrics.enabled=false") if d["kind"] == "PrometheusRule"]
+    assert "metrics.prometheusRule" in render_error(helm, DB, "metrics.prometheusRule.enabled=yes")
+
+
 # --- NetworkPolicy (issue 21) -------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from regroup.v1 import common_pb2, coordinator_pb2
 from tests.integration.conftest import Service, ServiceFactory
+from tests.support.monitoring import alert_rules, dashboard_queries, metric_names
 from tests.support.wire import WireMember, converge
 
 pytestmark = pytest.mark.integration
@@ -208,3 +209,21 @@ async def test_counters_start_at_zero_and_histograms_have_bounds_in_seconds(
         math.inf,
     ]
     assert bounds(samples, "regroup_group_stabilization_duration_seconds")[:2] == [0.01, 0.025]
+
+
+async def test_the_dashboard_and_alerts_read_metrics_the_server_exports(
+    start_service: ServiceFactory,
+) -> None:
+    """Every metric name the Grafana dashboard's queries and the alert rules read is one a
+    running server exports (after a group settled: histograms appear at their first record)."""
+    service = await start_service(metrics_listen="127.0.0.1:0")
+    await service.stubs.create_topic("orders", 2)
+    await converge(service.stubs, "g", [WireMember(service.stubs.coordinator, "g", "m1", ["orders"])])
+    exported = {name for name, _ in await scrape(service)}
+    read = {
+        where: metric_names(expr)
+        for where, expr in [*dashboard_queries().items(), *((r["alert"], r["expr"]) for r in alert_rules())]
+    }
+    assert all(read.values()), [where for where, names in read.items() if not names]
+    unknown = {where: names - exported for where, names in read.items() if names - exported}
+    assert not unknown
