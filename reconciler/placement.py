@@ -144,13 +144,17 @@ def copies(members: Iterable[Member]) -> tuple[int, int]:
 
 
 def target_rack_locality(group: Group, image: TopicsImage, assignor: str) -> RackLocality | None:
-    """The rack locality of the group's target under `assignor`, when racks are in play
-    (a member with a rack, a subscribed topic with partition racks); None otherwise.
-    A redundant group's assignor weighs no racks: it promises no best."""
-    if not any(m.rack_id for m in group.members.values()):
-        return None
+    """The rack locality of the group's target under `assignor` when a member or a
+    subscribed partition has a rack; None when none has. With racks on one side only
+    nothing can be local, and the report says so (0 local, and 0 best where the
+    assignor promises a best) rather than leaving it out: an operator who gave the
+    members racks sees that the topics have none, and the other way round. A
+    redundant group's assignor weighs no racks: it promises no best."""
+    members_have_racks = any(m.rack_id for m in group.members.values())
+    if not members_have_racks and not any(t.partition_racks for t in image.by_id.values()):
+        return None  # no rack anywhere: no need for the group's spec
     spec = group_spec(group.members, group.target, image, group.member_ids_in_order())
-    if not any(t.partition_racks for t in spec.topics.values()):
+    if not members_have_racks and not any(t.partition_racks for t in spec.topics.values()):
         return None
     report = rack_locality(spec, group.target, assignor)
     return report._replace(best_achievable=None) if spec.replicas > 1 else report

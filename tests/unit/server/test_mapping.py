@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from regroup.reconciler import ConsumerGroupHeartbeat, OwnedTopicPartitions
+from regroup.reconciler import ConsumerGroupHeartbeat, GroupConfig, OwnedTopicPartitions
 from regroup.reconciler.model import ClientAssignor
-from regroup.server.mapping import heartbeat_from_pb
+from regroup.server.mapping import group_pb, heartbeat_from_pb
 from regroup.v1 import common_pb2, coordinator_pb2
+from tests.unit.reconciler.test_rack_locality_report import joined
 
 Request = coordinator_pb2.ConsumerGroupHeartbeatRequest
 
@@ -71,3 +72,18 @@ def test_every_optional_field_that_is_present_is_mapped(field: str, wire: Any, e
     domain_field = {"topic_partitions": "owned_topic_partitions"}.get(field, field)
     assert getattr(mapped, domain_field) == expected
     assert (mapped.group_id, mapped.member_id, mapped.member_epoch) == ("g", "m", 3)
+
+
+def test_describe_sets_rack_locality_when_only_the_members_have_racks() -> None:
+    """Members with racks on a topic without: 0 of 0 rack-local, best 0 (it was left unset)."""
+    group, image = joined(["r1", "r2"], ())
+    described = group_pb(group, image, GroupConfig())
+    assert described.HasField("rack_locality")
+    locality = described.rack_locality
+    assert (locality.rack_local_partitions, locality.partitions_with_rack, locality.best_achievable) == (
+        0,
+        0,
+        0,
+    )
+    plain, image = joined([None, None], ())
+    assert not group_pb(plain, image, GroupConfig()).HasField("rack_locality")
