@@ -91,6 +91,17 @@ def _serve_every_shard(coordinator: Any) -> None:
 
 
 async def _heap_of_shape(groups: int, members: int, partitions: int) -> int:
+    """`_heap_held`, with the runtime's logs quiet: it logs every state change, and here
+    only its memory matters. The logging comes back as it was: this runs in tests too."""
+    previous = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    try:
+        return await _heap_held(groups, members, partitions)
+    finally:
+        structlog.configure(**previous)
+
+
+async def _heap_held(groups: int, members: int, partitions: int) -> int:
     """Live heap bytes held by a Coordinator whose groups all settled."""
     from regroup.reconciler import (
         ConsumerGroupHeartbeat,
@@ -103,8 +114,6 @@ async def _heap_of_shape(groups: int, members: int, partitions: int) -> int:
     from regroup.server.runtime import Coordinator
 
     config = GroupConfig(assignment_interval_ms=0)
-    # The runtime logs every state change; here only its memory matters.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]

@@ -26,7 +26,7 @@ from bench.servers import BenchPostgres
 from regroup.reconciler import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse, OwnedTopicPartitions
 from regroup.server.app import RegroupServer
 from regroup.server.config import Settings
-from regroup.server.logs import configure_logging
+from regroup.server.logs import logging_at
 
 
 class _Members:
@@ -150,12 +150,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parser.parse_args(argv)
     n_members, partitions, rounds = (50, 5_000, 2) if args.quick else (300, 30_000, 6)
-    configure_logging("warning")
     postgres = BenchPostgres()
     try:
-        result = asyncio.run(
-            _run(postgres.new_database(), n_members, partitions, rounds, args.history_max_events)
-        )
+        with logging_at("warning"):
+            result = asyncio.run(
+                _run(postgres.new_database(), n_members, partitions, rounds, args.history_max_events)
+            )
     finally:
         postgres.close()
     unchanged, steps = statistics.median(result["unchanged"]), statistics.median(result["steps"])

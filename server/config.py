@@ -321,21 +321,31 @@ def load_settings(env: Mapping[str, str], args: argparse.Namespace | None = None
     """The settings from the flags in `args`, else `env`. A ConfigError names each setting
     as the user gave it: --lease-ms when it came from the flag, REGROUP_LEASE_MS otherwise."""
     raw: dict[str, str] = {}
-    given: dict[str, str] = {}  # variable -> the flag or other variable that set it
     for field, name in _ENV.items():
         value = getattr(args, field, None) if args is not None else None
         if value is None:
             value = env.get(name)
-        else:
-            given[name] = flag(field)
         if value not in (None, ""):
             raw[field] = str(value)
     try:
-        if _alias(raw, env, "metrics_listen", HTTP_LISTEN_ALIAS):
-            given[_ENV["metrics_listen"]] = HTTP_LISTEN_ALIAS
+        _alias(raw, env, "metrics_listen", HTTP_LISTEN_ALIAS)
         return _parse(raw)
     except ConfigError as e:
-        raise ConfigError(_as_given(str(e), given)) from None
+        raise ConfigError(named_as_given(str(e), env, args)) from None
+
+
+def named_as_given(message: str, env: Mapping[str, str], args: argparse.Namespace | None) -> str:
+    """`message`, which names settings by their variables, with each named as the user set
+    it: the flag when it came from one, REGROUP_HTTP_LISTEN when that alias set the metrics
+    port (for errors found after the settings were read too: a port in use at start)."""
+    given: dict[str, str] = {}  # variable -> the flag or other variable that set it
+    for field, name in _ENV.items():
+        if args is not None and getattr(args, field, None) is not None:
+            given[name] = flag(field)
+    metrics = _ENV["metrics_listen"]
+    if metrics not in given and env.get(metrics) in (None, "") and env.get(HTTP_LISTEN_ALIAS):
+        given[metrics] = HTTP_LISTEN_ALIAS
+    return _as_given(message, given)
 
 
 def _as_given(message: str, given: Mapping[str, str]) -> str:

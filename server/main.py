@@ -20,7 +20,14 @@ import structlog
 
 from .app import RegroupServer, close_embedded, find_migrations, resolve_database_url, run_migrations
 from .cluster import DEFAULT_REPLICAS, run_cluster
-from .config import ConfigError, Settings, add_arguments, flag_environment, settings_from_environment
+from .config import (
+    ConfigError,
+    Settings,
+    add_arguments,
+    flag_environment,
+    named_as_given,
+    settings_from_environment,
+)
 from .listeners import ListenError
 from .logs import configure_logging
 from .migrate import MigrationError
@@ -138,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         _run(_migrate(settings) if args.command == "migrate" else _serve(settings))
     except ConfigError as e:
         # A TLS file that loaded when the settings were read but not when the server started.
-        print(f"regroup: configuration error: {e}", file=sys.stderr)
+        print(f"regroup: configuration error: {named_as_given(str(e), os.environ, args)}", file=sys.stderr)
         return 2
     except (StoreUnavailable, ListenError) as e:
-        # A port in use or a database out of reach: one line that says which, no traceback.
-        print(f"regroup: {e}", file=sys.stderr)
+        # A port in use or a database out of reach: one line that says which (the setting as
+        # the user gave it: --listen or REGROUP_LISTEN), no traceback.
+        print(f"regroup: {named_as_given(str(e), os.environ, args)}", file=sys.stderr)
         return 1
     except MigrationError as e:
         # Missing, misnamed or edited migrations: an install or release problem to fix, not a crash.

@@ -105,3 +105,24 @@ async def test_the_command_exits_1_with_one_line_naming_the_setting(held_port: i
     assert stderr.decode().splitlines() == [
         f"regroup: cannot listen on {address} ({variable}): the address is already in use"
     ]
+
+
+async def test_a_port_given_as_a_flag_is_named_as_the_flag(held_port: int) -> None:
+    address = f"127.0.0.1:{held_port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGROUP_")}
+    env.update(DATABASE_URL="postgresql://nobody@127.0.0.1:1/none", REGROUP_METRICS_LISTEN="off")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "regroup.server",
+        "--listen",
+        address,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode == 1
+    assert stderr.decode().splitlines() == [
+        f"regroup: cannot listen on {address} (--listen): the address is already in use"
+    ]
