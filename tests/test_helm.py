@@ -931,3 +931,34 @@ def test_acl_and_tokens_files_come_from_a_config_map_or_secrets(helm: str, tmp_p
     rendered = run(helm, "template", "rg", str(CHART), *[a for s in sets for a in ("--set", s)])
     result = run(str(validate), "--strict", "--quiet", "-", stdin=rendered.stdout)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- The chart a platform team expects (issue 38) -----------------------------------------------
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def assert_valid(docs: list[dict[str, Any]]) -> None:
+    """kubernetes-validate --strict on rendered documents, the Prometheus Operator's (CRDs,
+    without a schema offline) left out."""
+    import yaml
+
+    kept = [d for d in docs if d["kind"] not in ("ServiceMonitor", "PrometheusRule")]
+    validate = Path(sys.executable).parent / "kubernetes-validate"
+    result = run(str(validate), "--strict", "--quiet", "-", stdin=yaml.safe_dump_all(kept))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_image_digest_takes_precedence_over_the_tag(helm: str) -> None:
+    docs = render(helm, DB, f"image.digest={DIGEST}", "image.tag=1.2.3")
+    for owner, template in pods(docs).items():
+        image = template["spec"]["containers"][0]["image"]
+        assert image == f"ghcr.io/regroup/regroup@{DIGEST}", owner
+    assert_valid(docs)
+    mirrored = render(helm, DB, f"image.digest={DIGEST}", "global.imageRegistry=mirror.example.com")
+    assert server_pod(mirrored)["containers"][0]["image"] == f"mirror.example.com/regroup/regroup@{DIGEST}"
+    # Without a digest, the tag as before.
+    assert server_pod(render(helm, DB, "image.tag=1.2.3"))["containers"][0]["image"] == (
+        "ghcr.io/regroup/regroup:1.2.3"
+    )
+    assert "image.digest" in render_error(helm, DB, "image.digest=latest")

@@ -50,10 +50,17 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* [global.imageRegistry or image.registry/]image.repository:tag; global wins, as in a parent chart's mirror. */}}
+{{/*
+[global.imageRegistry or image.registry/]image.repository, then @image.digest when set (a
+digest names one image for good, whatever the tag now points to), else :image.tag; global
+wins, as in a parent chart's mirror.
+*/}}
 {{- define "regroup.image" -}}
 {{- $registry := (.Values.global).imageRegistry | default .Values.image.registry -}}
 {{- $reference := printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- if .Values.image.digest -}}
+{{- $reference = printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- end -}}
 {{- if $registry -}}
 {{- printf "%s/%s" (trimSuffix "/" $registry) $reference -}}
 {{- else -}}
