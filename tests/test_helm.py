@@ -962,3 +962,53 @@ def test_an_image_digest_takes_precedence_over_the_tag(helm: str) -> None:
         "ghcr.io/regroup/regroup:1.2.3"
     )
     assert "image.digest" in render_error(helm, DB, "image.digest=latest")
+
+
+#: Values that render every template of the chart at once.
+EVERY_OBJECT = (
+    DB,
+    "networkPolicy.enabled=true",
+    "metrics.serviceMonitor.enabled=true",
+    "metrics.prometheusRule.enabled=true",
+)
+
+
+def test_common_labels_are_on_every_object_and_pod_but_no_selector(helm: str) -> None:
+    import yaml
+
+    strings = (
+        "commonLabels.team=streaming",
+        "commonLabels.cost-center=42",  # --set-string: a label's value is a string
+        "commonLabels.app\\.kubernetes\\.io/name=other",  # cannot replace the chart's
+        "metrics.serviceMonitor.labels.release=prom",
+    )
+    args = [a for s in EVERY_OBJECT for a in ("--set", s)]
+    args += [a for s in strings for a in ("--set-string", s)]
+    rendered = run(helm, "template", "rg", str(CHART), *args)
+    assert rendered.returncode == 0, rendered.stderr
+    # Every template rendered something (a new template is covered without changing this test).
+    templates = {p.name for p in (CHART / "templates").glob("*.yaml")}
+    assert templates == set(re.findall(r"^# Source: regroup/templates/(\S+)$", rendered.stdout, re.M))
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        where = f"{doc['kind']} {doc['metadata']['name']}"
+        assert (labels["team"], labels["cost-center"]) == ("streaming", "42"), where
+        assert labels["app.kubernetes.io/name"] == "regroup", where
+    for owner, template in pods(docs).items():
+        labels = template["metadata"]["labels"]
+        assert (labels["team"], labels["app.kubernetes.io/name"]) == ("streaming", "regroup"), owner
+    assert one(docs, "ServiceMonitor")["metadata"]["labels"]["release"] == "prom"
+    # No selector changes: a Deployment's cannot, and the others must still select the pods.
+    selectors = [
+        one(docs, "Deployment")["spec"]["selector"]["matchLabels"],
+        one(docs, "Service", "rg-regroup")["spec"]["selector"],
+        one(docs, "Service", "rg-regroup-headless")["spec"]["selector"],
+        one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+        one(docs, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"],
+        one(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"],
+    ]
+    for selector in selectors:
+        assert "team" not in selector and selector["app.kubernetes.io/name"] == "regroup", selector
+    assert_valid(docs)
+    assert "commonLabels" in render_error(helm, DB, "commonLabels.replicas=3")

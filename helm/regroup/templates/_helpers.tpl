@@ -32,22 +32,32 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* The recommended app.kubernetes.io labels; pods get these (no helm.sh/chart, so that a chart bump alone restarts nothing). */}}
+{{/*
+The recommended app.kubernetes.io labels; pods get these (no helm.sh/chart, so that a chart
+bump alone restarts nothing), then podLabels, then commonLabels. Neither may replace the
+chart's labels, which the selectors depend on (merge keeps the first dict's keys), and
+neither ever enters a selector: a Deployment's selector cannot change.
+*/}}
 {{- define "regroup.podLabels" -}}
 {{- $labels := include "regroup.selectorLabels" . | fromYaml -}}
 {{- $_ := set $labels "app.kubernetes.io/version" (.ctx.Chart.AppVersion | toString) -}}
 {{- $_ := set $labels "app.kubernetes.io/part-of" "regroup" -}}
 {{- $_ := set $labels "app.kubernetes.io/managed-by" .ctx.Release.Service -}}
-{{- /* podLabels may add labels, never replace the chart's: the selectors depend on them. */ -}}
-{{- toYaml (merge $labels (.ctx.Values.podLabels | default dict)) -}}
+{{- toYaml (merge $labels (.ctx.Values.podLabels | default dict) (.ctx.Values.commonLabels | default dict)) -}}
 {{- end -}}
 
+{{/*
+Every object's labels: the recommended ones and helm.sh/chart, then the object's own extra
+labels (.extra, such as a ServiceMonitor's labels), then commonLabels; the chart's win, as
+for the pods.
+*/}}
 {{- define "regroup.labels" -}}
-{{ include "regroup.selectorLabels" . }}
-app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
-app.kubernetes.io/part-of: regroup
-app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+{{- $labels := include "regroup.selectorLabels" . | fromYaml -}}
+{{- $_ := set $labels "app.kubernetes.io/version" (.ctx.Chart.AppVersion | toString) -}}
+{{- $_ := set $labels "app.kubernetes.io/part-of" "regroup" -}}
+{{- $_ := set $labels "app.kubernetes.io/managed-by" .ctx.Release.Service -}}
+{{- $_ := set $labels "helm.sh/chart" (printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_") -}}
+{{- toYaml (merge $labels (.extra | default dict) (.ctx.Values.commonLabels | default dict)) -}}
 {{- end -}}
 
 {{/*
