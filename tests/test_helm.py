@@ -1012,3 +1012,27 @@ def test_common_labels_are_on_every_object_and_pod_but_no_selector(helm: str) ->
         assert "team" not in selector and selector["app.kubernetes.io/name"] == "regroup", selector
     assert_valid(docs)
     assert "commonLabels" in render_error(helm, DB, "commonLabels.replicas=3")
+
+
+def test_each_service_takes_annotations_of_its_own(helm: str) -> None:
+    sets = (
+        DB,
+        "service.type=LoadBalancer",
+        "service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-internal=true",
+        "service.headless.annotations.mesh\\.example\\.com/inject=false",
+    )
+    args = [a for s in sets for a in ("--set-string" if "annotations" in s else "--set", s)]
+    rendered = run(helm, "template", "rg", str(CHART), *args)
+    assert rendered.returncode == 0, rendered.stderr
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    client, headless = one(docs, "Service", "rg-regroup"), one(docs, "Service", "rg-regroup-headless")
+    assert client["metadata"]["annotations"] == {
+        "service.beta.kubernetes.io/aws-load-balancer-internal": "true"
+    }
+    assert headless["metadata"]["annotations"] == {"mesh.example.com/inject": "false"}
+    assert_valid(docs)
+    plain = render(helm, DB)
+    assert not [d for d in plain if d["kind"] == "Service" and d["metadata"].get("annotations")]
+    assert "service.annotations" in render_error(helm, DB, "service.annotations.enabled=true")
