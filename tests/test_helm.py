@@ -1036,3 +1036,89 @@ def test_each_service_takes_annotations_of_its_own(helm: str) -> None:
     plain = render(helm, DB)
     assert not [d for d in plain if d["kind"] == "Service" and d["metadata"].get("annotations")]
     assert "service.annotations" in render_error(helm, DB, "service.annotations.enabled=true")
+
+
+def readme_values(containing: str) -> dict[str, Any]:
+    """The chart README's YAML block (a values file) holding `containing`."""
+    import yaml
+
+    from tests.support.doc_blocks import parse
+
+    readme = CHART / "README.md"
+    (block,) = [
+        b
+        for b in parse(readme.read_text(), str(readme.relative_to(ROOT)))
+        if b.language == "yaml" and containing in b.code
+    ]
+    values = yaml.safe_load(block.code)
+    assert isinstance(values, dict)
+    return values
+
+
+def test_the_readme_postgres_ca_values_mount_the_file_pgsslrootcert_names(helm: str) -> None:
+    """The chart's own PGSSLROOTCERT example, end to end: in both pods that connect to
+    Postgres, the path the variable names lies in a mounted volume holding that key."""
+    import yaml
+
+    values = readme_values("PGSSLROOTCERT")
+    docs = render(helm, values=values)
+    for owner, template in pods(docs).items():
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        path = Path(container_env(container)["PGSSLROOTCERT"])
+        (mount,) = [m for m in container["volumeMounts"] if path.is_relative_to(m["mountPath"])]
+        assert mount["readOnly"] is True, owner
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        items = {i["path"]: i["key"] for i in volume["secret"]["items"]}
+        assert items == {str(path.relative_to(mount["mountPath"])): "ca.crt"}, owner
+    assert_valid(docs)
+    # The names of the chart's own volumes are refused, with the reason.
+    clash = {**values, "extraVolumes": [{"name": "tmp", "emptyDir": {}}]}
+    result = run(helm, "template", "rg", str(CHART), "-f", "-", stdin=yaml.safe_dump(clash))
+    assert result.returncode != 0 and "the chart's own volumes" in result.stderr
+
+
+def test_priority_class_and_extra_env_from_reach_the_server_and_the_migration_job(helm: str) -> None:
+    env_from = [
+        {"configMapRef": {"name": "regroup-env"}},
+        {"secretRef": {"name": "otlp", "optional": True}, "prefix": "OTEL_"},
+    ]
+    values = {"database": {"url": "postgresql://db/regroup"}, "priorityClassName": "platform-critical"}
+    docs = render(helm, values={**values, "extraEnvFrom": env_from})
+    for owner, template in pods(docs).items():
+        assert template["spec"]["priorityClassName"] == "platform-critical", owner
+        assert template["spec"]["containers"][0]["envFrom"] == env_from, owner
+    assert_valid(docs)
+    for owner, template in pods(render(helm, DB)).items():
+        assert "priorityClassName" not in template["spec"], owner
+        assert "envFrom" not in template["spec"]["containers"][0], owner
+    assert "extraEnvFrom" in render_error(helm, DB, "extraEnvFrom[0].configMap.name=x")
+
+
+def test_sidecars_run_beside_the_server_only(helm: str) -> None:
+    sidecar = {
+        "name": "proxy",
+        "image": "envoyproxy/envoy:v1.31.0",
+        "ports": [{"name": "proxy", "containerPort": 8443}],
+        "volumeMounts": [{"name": "proxy-config", "mountPath": "/etc/envoy", "readOnly": True}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    values = {
+        "database": {"url": "postgresql://db/regroup"},
+        "sidecars": [sidecar],
+        "extraVolumes": [{"name": "proxy-config", "configMap": {"name": "envoy"}}],
+    }
+    docs = render(helm, values=values)
+    regroup, proxy = server_pod(docs)["containers"]
+    assert regroup["name"] == "regroup" and proxy == sidecar
+    # The migration Job would never complete beside a container that never exits.
+    assert [c["name"] for c in pods(docs)["Job"]["spec"]["containers"]] == ["migrate"]
+    assert_valid(docs)
+    assert "sidecars" in render_error(helm, DB, "sidecars[0].name=proxy")  # no image
+    assert "server container's name" in render_error(
+        helm, DB, "sidecars[0].name=regroup", "sidecars[0].image=x"
+    )

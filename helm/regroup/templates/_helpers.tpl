@@ -147,6 +147,16 @@ changing one, restart the pods (kubectl rollout restart).
 {{- if not (or .Values.database.url .Values.database.existingSecret) -}}
 {{- fail "database: set database.url (a postgresql:// DSN; the chart stores it in a Secret) or database.existingSecret (the name of your Secret holding the DSN under database.existingSecretKey)." -}}
 {{- end -}}
+{{- range .Values.extraVolumes -}}
+{{- if has .name (list "tmp" "tls" "acl" "tokens") -}}
+{{- fail (printf "extraVolumes: %q is the name of one of the chart's own volumes (tmp, tls, acl, tokens): give yours another." .name) -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.sidecars -}}
+{{- if eq .name "regroup" -}}
+{{- fail "sidecars: \"regroup\" is the server container's name: give the sidecar another." -}}
+{{- end -}}
+{{- end -}}
 {{- if ge (int64 .Values.config.leaseRenewMs) (int64 .Values.config.leaseMs) -}}
 {{- fail (printf "config: leaseRenewMs (%d) must be smaller than leaseMs (%d): a replica renews its leases several times before they run out." (int64 .Values.config.leaseRenewMs) (int64 .Values.config.leaseMs)) -}}
 {{- end -}}
