@@ -1122,3 +1122,82 @@ def test_sidecars_run_beside_the_server_only(helm: str) -> None:
     assert "server container's name" in render_error(
         helm, DB, "sidecars[0].name=regroup", "sidecars[0].image=x"
     )
+
+
+def admitted(policy: dict[str, Any], port: str, namespace: str, labels: dict[str, str]) -> bool:
+    """Whether a NetworkPolicy admits a pod (in `namespace`, with `labels`) to the named port
+    of the pods it selects, by the NetworkPolicy rules: a peer with a podSelector alone means
+    the policy's namespace; a namespaceSelector matches the namespace's labels, which include
+    kubernetes.io/metadata.name. matchLabels only, which is all the chart renders."""
+    own = policy["metadata"].get("namespace", "default")
+    namespace_labels = {"kubernetes.io/metadata.name": namespace}
+
+    def matches(selector: dict[str, Any], candidate: dict[str, str]) -> bool:
+        assert set(selector) <= {"matchLabels"}, selector
+        return selects(selector.get("matchLabels") or {}, candidate)
+
+    def peer_admits(peer: dict[str, Any]) -> bool:
+        assert set(peer) <= {"podSelector", "namespaceSelector"}, peer
+        if "namespaceSelector" in peer:
+            in_namespace = matches(peer["namespaceSelector"], namespace_labels)
+        else:
+            in_namespace = namespace == own
+        return in_namespace and matches(peer.get("podSelector", {}), labels)
+
+    return any(
+        port in [p["port"] for p in rule["ports"]]
+        and ("from" not in rule or any(peer_admits(peer) for peer in rule["from"]))
+        for rule in policy["spec"]["ingress"]
+    )
+
+
+PROMETHEUS = {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"}
+
+
+def test_the_network_policy_admits_the_prometheus_a_service_monitor_sends(helm: str) -> None:
+    """With the NetworkPolicy and the ServiceMonitor both on, Prometheus reaches the metrics
+    port: by default the Prometheus Operator's Prometheus pods in the namespace monitoring."""
+    sets = (DB, "networkPolicy.enabled=true", "metrics.serviceMonitor.enabled=true")
+    docs = render(helm, *sets)
+    policy = one(docs, "NetworkPolicy")
+    assert admitted(policy, "metrics", "monitoring", PROMETHEUS)
+    assert not admitted(policy, "metrics", "monitoring", {"app.kubernetes.io/name": "grafana"})
+    assert not admitted(policy, "metrics", "default", PROMETHEUS)  # another namespace's Prometheus
+    assert not admitted(policy, "metrics", "default", {"app": "worker"})
+    assert admitted(policy, "grpc", "default", {"app": "worker"})  # clients unchanged
+    assert_valid(docs)
+    # The web view (on the metrics port) is fenced the same way.
+    viewed = one(render(helm, *sets, "webView.enabled=true"), "NetworkPolicy")
+    assert admitted(viewed, "metrics", "monitoring", PROMETHEUS)
+    assert not admitted(viewed, "metrics", "default", {"app": "worker"})
+
+    # Prometheus elsewhere: its namespace ("" for the release's own) and its pods' labels.
+    elsewhere = one(render(helm, *sets, "networkPolicy.prometheus.namespace=observability"), "NetworkPolicy")
+    assert admitted(elsewhere, "metrics", "observability", PROMETHEUS)
+    assert not admitted(elsewhere, "metrics", "monitoring", PROMETHEUS)
+    values = {
+        "database": {"url": "postgresql://db/regroup"},
+        "networkPolicy": {"enabled": True, "prometheus": {"namespace": "", "podLabels": {"app": "prom"}}},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+    }
+    local = one(render(helm, values=values), "NetworkPolicy")
+    assert admitted(local, "metrics", "default", {"app": "prom"})
+    assert not admitted(local, "metrics", "monitoring", {"app": "prom"})
+    assert not admitted(local, "metrics", "default", PROMETHEUS)
+
+    # networkPolicy.metrics, when listed, is exactly who is admitted.
+    listed = one(
+        render(helm, *sets, "networkPolicy.metrics[0].namespaceSelector.matchLabels.team=sre"),
+        "NetworkPolicy",
+    )
+    assert not admitted(listed, "metrics", "monitoring", PROMETHEUS)
+    # Without a ServiceMonitor nobody is, unless listed (as before); without metrics, no rule.
+    assert not admitted(
+        one(render(helm, DB, "networkPolicy.enabled=true"), "NetworkPolicy"),
+        "metrics",
+        "monitoring",
+        PROMETHEUS,
+    )
+    (grpc_only,) = one(render(helm, *sets, "metrics.enabled=false"), "NetworkPolicy")["spec"]["ingress"]
+    assert grpc_only["ports"][0]["port"] == "grpc"
+    assert "networkPolicy.prometheus" in render_error(helm, *sets, "networkPolicy.prometheus.name=x")

@@ -333,3 +333,29 @@ The port the probes read the health service on: the plain-text health port under
 {{- define "regroup.probePort" -}}
 {{- ternary .Values.tls.healthPort .Values.service.port .Values.tls.enabled -}}
 {{- end -}}
+
+{{/*
+The peers the NetworkPolicy admits to the metrics port: networkPolicy.metrics when listed;
+else, while a ServiceMonitor has Prometheus scrape that port, the Prometheus pods of
+networkPolicy.prometheus: its namespace by the kubernetes.io/metadata.name label Kubernetes
+gives every namespace ("" for the release's own), its pods by podLabels, the Prometheus
+Operator's app.kubernetes.io/name: prometheus when empty (an empty default rather than that
+label: Helm would merge a user's podLabels into a default map, not replace it); else none.
+*/}}
+{{- define "regroup.metricsPeers" -}}
+{{- if .Values.networkPolicy.metrics -}}
+{{- toYaml .Values.networkPolicy.metrics -}}
+{{- else if .Values.metrics.serviceMonitor.enabled -}}
+{{- $peer := dict -}}
+{{- with .Values.networkPolicy.prometheus -}}
+{{- if .namespace -}}
+{{- $_ := set $peer "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .namespace)) -}}
+{{- end -}}
+{{- $podLabels := .podLabels | default (dict "app.kubernetes.io/name" "prometheus") -}}
+{{- $_ := set $peer "podSelector" (dict "matchLabels" $podLabels) -}}
+{{- end -}}
+{{- toYaml (list $peer) -}}
+{{- else -}}
+[]
+{{- end -}}
+{{- end -}}
