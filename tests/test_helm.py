@@ -1201,3 +1201,55 @@ def test_the_network_policy_admits_the_prometheus_a_service_monitor_sends(helm: 
     (grpc_only,) = one(render(helm, *sets, "metrics.enabled=false"), "NetworkPolicy")["spec"]["ingress"]
     assert grpc_only["ports"][0]["port"] == "grpc"
     assert "networkPolicy.prometheus" in render_error(helm, *sets, "networkPolicy.prometheus.name=x")
+
+
+# --- NOTES.txt (issue 38) -----------------------------------------------------------------------
+
+
+def test_the_notes_speak_plain_text_tls_or_mtls_as_the_values_say(helm: str) -> None:
+    """The hints follow tls.*: -plaintext only without TLS, the CA with it, and a client
+    certificate under mTLS. tests/integration/test_tls.py runs these commands against a
+    server of each kind."""
+    from tests.support.chart import render_notes
+
+    address = "rg-regroup.default.svc:50051"
+    tls = render_notes(helm, DB, "tls.enabled=true", "tls.secretName=rg-tls")
+    assert "-plaintext" not in tls and "plaintext" not in tls
+    assert "(gRPC, TLS)" in tls
+    assert "get secret rg-tls -o jsonpath='{.data.ca\\.crt}' | base64 -d > ca.crt" in tls
+    assert f"grpcurl -cacert ca.crt {address} grpc.health.v1.Health/Check" in tls
+    assert f"regroup groups list --bootstrap {address} --tls-ca ca.crt\n" in tls
+    assert "-cert " not in tls and "--tls-cert" not in tls
+
+    mtls = render_notes(helm, DB, "tls.enabled=true", "tls.secretName=rg-tls", "tls.clientAuth=true")
+    assert "-plaintext" not in mtls and "(gRPC, mutual TLS)" in mtls
+    assert f"grpcurl -cacert ca.crt -cert client.crt -key client.key {address} " in mtls
+    client_flags = "--tls-ca ca.crt --tls-cert client.crt --tls-key client.key"
+    assert f"regroup groups list --bootstrap {address} {client_flags}" in mtls
+
+    plain = render_notes(helm, DB)
+    assert f"grpcurl -plaintext {address} grpc.health.v1.Health/Check" in plain
+    assert f"regroup groups list --bootstrap {address}\n" in plain
+    assert "(gRPC, plaintext)" in plain and "-cacert" not in plain and "--tls" not in plain
+
+    # The release's own names: namespace, port, fullname.
+    moved = render_notes(helm, DB, "service.port=6000", "fullnameOverride=groups", "tls.enabled=false")
+    assert "grpcurl -plaintext groups.default.svc:6000 " in moved
+
+
+def test_the_notes_say_where_metrics_go_and_when_a_policy_blocks_them(helm: str) -> None:
+    from tests.support.chart import render_notes
+
+    assert "metrics" not in render_notes(helm, DB, "metrics.enabled=false")
+    monitored = render_notes(helm, DB, "metrics.serviceMonitor.enabled=true", "networkPolicy.enabled=true")
+    assert "scraped through the ServiceMonitor rg-regroup" in monitored
+    assert "admits nobody" not in monitored
+    blocked = render_notes(helm, DB, "networkPolicy.enabled=true")
+    assert "The NetworkPolicy admits nobody to that port" in blocked
+    listed = render_notes(
+        helm, DB, "networkPolicy.enabled=true", "networkPolicy.metrics[0].podSelector.matchLabels.app=prom"
+    )
+    assert "admits nobody" not in listed
+    assert "web view" not in monitored
+    viewed = render_notes(helm, DB, "webView.enabled=true")
+    assert "/api/v1/namespaces/default/pods/<pod>:9464/proxy/" in viewed
