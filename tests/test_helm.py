@@ -126,6 +126,8 @@ def test_probes_read_the_process_name_unless_readiness_follows_the_store(helm: s
 # --- Rendering helpers for the tests below --------------------------------------------------------
 
 DB = "database.url=postgresql://db/regroup"
+#: An image digest (what `image.digest` takes).
+DIGEST = "sha256:" + "0123456789abcdef" * 4
 
 
 def render(
@@ -423,6 +425,26 @@ def test_two_databases_are_a_clear_error(helm: str) -> None:
             "nameOverride=coordinator",
         ),
         ("database.existingSecret=regroup-db", "serviceAccount.create=false", "migrations.enabled=false"),
+        (
+            DB,
+            f"image.digest={DIGEST}",
+            "commonLabels.team=streaming",
+            "service.annotations.a=b",
+            "service.headless.annotations.c=d",
+            "priorityClassName=platform",
+            "extraEnvFrom[0].configMapRef.name=regroup-env",
+            "extraVolumes[0].name=pg-ca",
+            "extraVolumes[0].secret.secretName=pg-ca",
+            "extraVolumeMounts[0].name=pg-ca",
+            "extraVolumeMounts[0].mountPath=/etc/regroup/postgres",
+            "sidecars[0].name=proxy",
+            "sidecars[0].image=envoyproxy/envoy:v1.31.0",
+            "networkPolicy.enabled=true",
+            "tls.enabled=true",
+            "tls.secretName=rg-tls",
+            "tls.clientAuth=true",
+            "webView.enabled=true",
+        ),
     ],
 )
 def test_every_variant_renders_valid_kubernetes_objects(helm: str, sets: tuple[str, ...]) -> None:
@@ -934,8 +956,6 @@ def test_acl_and_tokens_files_come_from_a_config_map_or_secrets(helm: str, tmp_p
 
 
 # --- The chart a platform team expects (issue 38) -----------------------------------------------
-
-DIGEST = "sha256:" + "0123456789abcdef" * 4
 
 
 def assert_valid(docs: list[dict[str, Any]]) -> None:
