@@ -7,7 +7,7 @@ PROTO_OUT := clients/python/src
 PROTOS := $(wildcard proto/regroup/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: setup run run-cluster migrate proto proto-check proto-lint proto-baseline lint typecheck test test-unit test-integration helm-lint bench chaos fmt clean
+.PHONY: setup run run-cluster migrate proto proto-check proto-lint proto-baseline lint typecheck test test-unit test-integration test-client-floors helm-lint bench chaos fmt clean
 
 setup: $(STAMP)
 
@@ -80,9 +80,30 @@ test-unit: $(STAMP)
 test-integration: $(STAMP)
 	$(PY) -m pytest -q tests/integration $(PYTEST_ARGS)
 
-## Every check CI runs: lint, types, proto drift, then the whole test suite.
-test: lint typecheck proto-check proto-lint
+## The client's unit tests on the oldest grpcio and protobuf it accepts (requirements/client-floors.txt),
+## in a venv of their own; .venv tests it at the pins. The test tools come at dev.txt's pins.
+FLOORS_VENV := .venv-floors
+FLOORS_STAMP := $(FLOORS_VENV)/.installed-stamp
+FLOORS_TOOLS := setuptools pytest pytest-asyncio pytest-timeout hypothesis pyyaml cryptography kubernetes-validate
+
+$(FLOORS_STAMP): requirements/client-floors.txt requirements/dev.txt clients/python/pyproject.toml
+	rm -rf $(FLOORS_VENV)
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	grep -Ev '^(grpcio|protobuf)==' requirements/dev.txt > $(FLOORS_VENV)/pins.txt
+	$(FLOORS_VENV)/bin/python -m pip install -q --disable-pip-version-check \
+		-c $(FLOORS_VENV)/pins.txt $(FLOORS_TOOLS)
+	$(FLOORS_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation \
+		-c $(FLOORS_VENV)/pins.txt -c requirements/client-floors.txt -e 'clients/python[cli]'
+	touch $@
+
+test-client-floors: $(FLOORS_STAMP)
+	@$(FLOORS_VENV)/bin/python -c 'import grpc, google.protobuf as p; \
+		print("client at its floors: grpcio", grpc.__version__, "protobuf", p.__version__)'
+	$(FLOORS_VENV)/bin/python -m pytest -q tests/unit/client
+
+## Every check CI runs: lint, types, proto drift, the client at its dependency floors, then the whole test suite.
+test: lint typecheck proto-check proto-lint test-client-floors
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) build .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(FLOORS_VENV) build .mypy_cache .ruff_cache .hypothesis

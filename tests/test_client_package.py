@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -76,6 +78,43 @@ def test_client_wheel_contents(tmp_path: Path) -> None:
     # regroup is a namespace shared with the server package: the client must not own it.
     assert "regroup/__init__.py" not in names
     assert metadata["Description-Content-Type"] == "text/markdown"
+
+
+GRPC_GENERATED = re.compile(r"^GRPC_GENERATED_VERSION = '([0-9.]+)'$", re.M)
+PROTOBUF_GENCODE = re.compile(
+    r"ValidateProtobufRuntimeVersion\(\s*_runtime_version\.Domain\.PUBLIC,\s*(\d+),\s*(\d+),\s*(\d+),"
+)
+
+
+def test_client_floors_are_the_oldest_versions_the_generated_stubs_accept() -> None:
+    """Issue 38: the client asked for the newest grpcio and protobuf only. Its floors are the
+    versions below which the committed stubs refuse to import (lower would break at import,
+    higher would exclude applications for nothing); `make test` runs the client's unit tests
+    at exactly these floors as well as at the pins."""
+    floors = _pins(ROOT / "requirements" / "client-floors.txt")
+    stubs = ROOT / "clients" / "python" / "src" / "regroup" / "v1"
+    grpc_generated = {_match(GRPC_GENERATED, f).group(1) for f in stubs.glob("*_pb2_grpc.py")}
+    protobuf_gencode = {".".join(_match(PROTOBUF_GENCODE, f).groups()) for f in stubs.glob("*_pb2.py")}
+    assert len(grpc_generated) == 1 and len(protobuf_gencode) == 1, (grpc_generated, protobuf_gencode)
+    assert floors == {"grpcio": grpc_generated.pop(), "protobuf": protobuf_gencode.pop()}, floors
+    project = tomllib.loads((ROOT / "clients" / "python" / "pyproject.toml").read_text())["project"]
+    declared = {r.name: r.specifier for r in map(Requirement, project["dependencies"])}
+    assert declared == {name: SpecifierSet(f">={version}") for name, version in floors.items()}, declared
+    assert all(declared[name].contains(_dev_pin(name)) for name in floors)
+    (test_target,) = re.findall(r"^test:(.*)$", (ROOT / "Makefile").read_text(), re.M)
+    assert "test-client-floors" in test_target.split(), test_target
+
+
+def _match(pattern: re.Pattern[str], path: Path) -> re.Match[str]:
+    match = pattern.search(path.read_text())
+    assert match, f"{path.name}: no {pattern.pattern!r}"
+    return match
+
+
+def _pins(path: Path) -> dict[str, str]:
+    """The `name==version` lines of a requirements file."""
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    return dict(line.split("==", 1) for line in lines if line and not line.startswith("#"))
 
 
 def _dev_pin(name: str) -> str:
