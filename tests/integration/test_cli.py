@@ -514,15 +514,42 @@ async def test_tls_and_tokens(start_service: ServiceFactory, tmp_path: Path) -> 
     assert run.code == 0, run
     run = await regroup(service, "topics", "describe", *mtls, "--token-file", str(tmp_path / "token"))
     assert run.code == 0 and "orders" in run.out, run
+    # A bad token has its own exit code, and says where the token came from (never the token).
     run = await regroup(service, "topics", "describe", *mtls, REGROUP_TOKEN="wrong")
-    assert run.code == 1 and "UNAUTHENTICATED" in run.err and "wrong" not in run.err, run
-    # Without a client certificate, or in plain text, the handshake fails: not reachable.
+    assert run.code == 6 and "did not accept the token" in run.err and "REGROUP_TOKEN" in run.err, run
+    assert "Unknown bearer token" in run.err and "wrong" not in run.err, run
+    # Without a client certificate, or in plain text, the handshake fails: not reachable. gRPC
+    # says "Socket closed" for both; the command says what is missing and which options give it.
     run = await regroup(service, "topics", "describe", "--tls-ca", ca, REGROUP_TOKEN="s3cret")
-    assert run.code == 3, run
+    assert run.code == 3 and "requires a client certificate (mTLS): add --tls-cert FILE --tls-key FILE" in (
+        run.err
+    ), run
     run = await regroup(service, "topics", "describe", REGROUP_TOKEN="s3cret")
-    assert run.code == 3, run
+    assert run.code == 3 and "speaks TLS and this command spoke plain text: add --tls" in run.err, run
+    assert "it also requires a client certificate: --tls-cert FILE --tls-key FILE" in run.err, run
     run = await regroup(service, "topics", "describe", "--tls-cert", str(client_cert))
     assert run.code == 1 and "--tls-cert and --tls-key go together" in run.err, run
+
+
+async def test_tls_mismatches_name_the_option(start_service: ServiceFactory, tmp_path: Path) -> None:
+    """Plain text to a TLS server, TLS to a plain-text one, and a CA that does not verify the
+    server: each exits 3 with the option that fixes it."""
+    servers = CertificateAuthority("servers")
+    server_cert, server_key = servers.server("replica").write(tmp_path, "server")
+    secure = await start_service(
+        credentials=grpc.ssl_channel_credentials(servers.cert), tls_cert=server_cert, tls_key=server_key
+    )
+    plain = await start_service()
+    run = await regroup(secure, "topics", "describe")
+    assert run.code == 3 and "speaks TLS and this command spoke plain text: add --tls (with --tls-ca" in (
+        run.err
+    ), run
+    assert "client certificate" not in run.err, run  # this one does not ask for one
+    other_ca = str(CertificateAuthority("another").write(tmp_path, "other"))
+    run = await regroup(secure, "topics", "describe", "--tls-ca", other_ca)
+    assert run.code == 3 and "could not be verified: give the CA that issued it with --tls-ca" in run.err, run
+    run = await regroup(plain, "topics", "describe", "--tls-ca", str(servers.write(tmp_path, "ca")))
+    assert run.code == 3 and "does not speak TLS: leave out --tls and the --tls-* options" in run.err, run
 
 
 async def test_members_drain(service: Service) -> None:

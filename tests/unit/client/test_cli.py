@@ -4,6 +4,7 @@ click and rich, the hint without the cli extra, and the parsing and rendering he
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -15,9 +16,12 @@ import yaml
 
 from regroup.cli.app import cli
 from regroup.cli.describe import ASSIGNED, ASSIGNING, REVOKING, UNASSIGNED, partition_rows
+from regroup.cli.diagnose import hint, host_port
 from regroup.cli.events import since_ms, type_value
+from regroup.cli.exits import BAD_TOKEN, DESCRIPTIONS, ERROR, OK, REFUSED, TIMEOUT, UNREACHABLE, UNSUPPORTED
 from regroup.cli.main import HINT
 from regroup.cli.output import partitions_text, ranges, timestamp
+from regroup.client.tls import TlsConfig
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 from tests.support.doc_blocks import parse
 
@@ -141,3 +145,33 @@ def test_the_prestop_example_is_a_valid_manifest_whose_hook_the_command_accepts(
     assert params["instance_id"] == "orders-workers-7d9f-abcde" and params["wait"] and params["timeout"] == 60
     grace = yaml.safe_load(block.code)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > params["timeout"], "the grace period must outlast the drain"
+
+
+def test_the_exit_codes_of_the_docs_are_the_commands() -> None:
+    """docs/cli.md's table lists every exit code the command has (exits.DESCRIPTIONS), 6 (a
+    token the coordinator does not accept, issue 38) included, and no other."""
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text()
+    section = docs.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    documented = [int(m) for m in re.findall(r"^\| (\d+) \|", section, re.M)]
+    assert documented == sorted(DESCRIPTIONS) and BAD_TOKEN in documented, documented
+    assert BAD_TOKEN not in (OK, ERROR, REFUSED, UNREACHABLE, TIMEOUT, UNSUPPORTED)
+
+
+def test_grpc_targets_to_probe() -> None:
+    assert host_port("127.0.0.1:50051") == ("127.0.0.1", 50051)
+    assert host_port("dns:///regroup.example.internal:443") == ("regroup.example.internal", 443)
+    assert host_port("[::1]:50051") == ("::1", 50051)
+    assert host_port("unix:/run/regroup.sock") is None
+    assert host_port("regroup") is None
+
+
+def test_handshake_errors_grpc_names_need_no_probe() -> None:
+    """Nothing listens at the address given: the hints that gRPC's own words decide."""
+    wrong_version = "Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: ...:WRONG_VERSION_NUMBER: OK"
+    assert "leave out --tls" in (hint("unix:/nowhere", wrong_version, TlsConfig()) or "")
+    verify = "Tls handshake failed: ...:CERTIFICATE_VERIFY_FAILED: unable to get local issuer certificate"
+    assert "--tls-ca FILE" in (hint("unix:/nowhere", verify, TlsConfig()) or "")
+    # "Socket closed" without a server to ask: no guess.
+    closed = "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Socket closed"
+    assert hint("unix:/nowhere", closed, None) is None
+    assert hint("127.0.0.1:1", "Connection refused", None) is None

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from regroup.cli.exits import ERROR, TIMEOUT, UNREACHABLE, UNSUPPORTED, CliError
+from regroup.cli.diagnose import hint
+from regroup.cli.exits import BAD_TOKEN, ERROR, TIMEOUT, UNREACHABLE, UNSUPPORTED, CliError
 from regroup.client.routing import CoordinatorRouter, GroupCall, drive_blocking, routed, single
 from regroup.client.tls import TlsConfig, blocking_connector
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
@@ -35,18 +36,36 @@ class Target:
     timeout: float = 10.0
 
 
-def rpc_error(err: grpc.RpcError, what: str, address: str) -> CliError:
-    """The CliError for a failed call: unreachable, timed out, unsupported, or other."""
+def rpc_error(err: grpc.RpcError, what: str, address: str, target: Target | None = None) -> CliError:
+    """The CliError for a failed call: unreachable (with what to change when the TLS options
+    do not fit the server's), timed out, bad token, unsupported, or other."""
     code = err.code() if isinstance(err, grpc.Call) else None
     details = (err.details() if isinstance(err, grpc.Call) else None) or str(err)
     if code == grpc.StatusCode.UNAVAILABLE:
-        return CliError(UNREACHABLE, f"cannot reach the coordinator at {address}: {details}")
+        why = hint(address, details, target.tls if target is not None else None)
+        return CliError(
+            UNREACHABLE,
+            f"cannot reach the coordinator at {address}: " + (f"{why} ({details})" if why else details),
+        )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return CliError(TIMEOUT, f"{what}: no answer from {address} in time ({details})")
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return CliError(UNSUPPORTED, f"the coordinator at {address} does not support {what} yet")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return CliError(BAD_TOKEN, bad_token(address, details, target))
     name = code.name if code is not None else "error"
     return CliError(ERROR, f"{what} failed: {name}: {details}")
+
+
+def bad_token(address: str, details: str, target: Target | None) -> str:
+    """What an UNAUTHENTICATED answer says, and where the token came from (never the token)."""
+    sent = target is not None and target.token is not None
+    if not sent:
+        return f"the coordinator at {address} wants a token ({details}): set REGROUP_TOKEN or --token-file"
+    return (
+        f"the coordinator at {address} did not accept the token ({details}): "
+        "check REGROUP_TOKEN or the file of --token-file"
+    )
 
 
 class Connection:
@@ -82,7 +101,7 @@ class Connection:
                 request, timeout=self.target.timeout, metadata=self.metadata()
             )
         except grpc.RpcError as err:
-            raise rpc_error(err, rpc, self.target.address) from None
+            raise rpc_error(err, rpc, self.target.address, self.target) from None
 
     def pages(self, rpc: str, request: Any, items: Callable[[Any], Sequence[T]]) -> list[T]:
         """Every page of a listing (ListGroups, DescribeTopics): AIP-158 page tokens."""
@@ -102,7 +121,7 @@ class Connection:
         try:
             return drive_blocking(self.router, steps)
         except grpc.RpcError as err:
-            raise rpc_error(err, call.rpc, self.target.address) from None
+            raise rpc_error(err, call.rpc, self.target.address, self.target) from None
 
     def group_admin(self, rpc: str, group_id: str, request: Any) -> Any:
         """A GroupAdmin call about one group, whose response has error_code and coordinator_address."""
@@ -146,15 +165,16 @@ class Connection:
             self.router.follow(request.group_id, address)
             stub, where = self.router.route(request.group_id).admin, address
         # No deadline: the stream lasts until the user stops it.
-        return Watch(stub.WatchGroup(request, metadata=self.metadata()), where)
+        return Watch(stub.WatchGroup(request, metadata=self.metadata()), where, self.target)
 
 
 class Watch:
     """An open WatchGroup stream: iterate for its messages; `cancel()` ends it."""
 
-    def __init__(self, call: Any, address: str) -> None:
+    def __init__(self, call: Any, address: str, target: Target) -> None:
         self._call = call
         self.address = address
+        self._target = target
 
     def __iter__(self) -> Iterator[admin_pb2.WatchGroupResponse]:
         try:
@@ -162,7 +182,7 @@ class Watch:
         except grpc.RpcError as err:
             if isinstance(err, grpc.Call) and err.code() == grpc.StatusCode.CANCELLED:
                 return
-            raise rpc_error(err, "WatchGroup", self.address) from None
+            raise rpc_error(err, "WatchGroup", self.address, self._target) from None
 
     def cancel(self) -> None:
         self._call.cancel()

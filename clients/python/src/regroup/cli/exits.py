@@ -18,6 +18,9 @@ UNREACHABLE = 3
 TIMEOUT = 4
 #: The coordinator does not implement the call (a server older than this command).
 UNSUPPORTED = 5
+#: The coordinator refused the bearer token (REGROUP_TOKEN, --token-file): UNAUTHENTICATED.
+#: Not "unreachable" nor "refused": fixing it means fixing the token, not the call.
+BAD_TOKEN = 6
 
 #: For the help and the docs, in order.
 DESCRIPTIONS = {
@@ -27,6 +30,7 @@ DESCRIPTIONS = {
     UNREACHABLE: "cannot reach the coordinator",
     TIMEOUT: "timed out (a call's --request-timeout, or drain --wait's --timeout)",
     UNSUPPORTED: "the coordinator does not support the call (an older server)",
+    BAD_TOKEN: "the coordinator did not accept the token (REGROUP_TOKEN, --token-file)",
 }
 
 
