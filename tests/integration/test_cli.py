@@ -285,6 +285,21 @@ async def test_history(service: Service) -> None:
     run = await regroup(service, "groups", "history", "gh", "--limit", "1", "--type", "no_such_type")
     assert run.code == 1 and "unknown event type" in run.err, run
 
+    # A group that does not exist is refused as describe refuses it: exit 2, the same line.
+    described = await regroup(service, "groups", "describe", "nobody")
+    run = await regroup(service, "groups", "history", "nobody")
+    assert run.code == described.code == 2 and run.out == "" and run.err == described.err, run
+    assert run.err.startswith("regroup: group nobody: GROUP_ID_NOT_FOUND"), run
+    run = await regroup(service, "groups", "history", "nobody", "--since", "1h", "--json")
+    assert run.code == 2 and run.json()["error"]["code"] == "GROUP_ID_NOT_FOUND", run
+    assert run.json()["events"] == [] and run.json()["more"] is False, run
+    # A deleted group keeps its history: events that match nothing are no refusal.
+    assert (await regroup(service, "groups", "delete", "gh")).code == 0
+    run = await regroup(service, "groups", "history", "gh", "--type", "offsets_reset")
+    assert run.code == 0 and run.out == "No events for group gh.\n", run
+    run = await regroup(service, "groups", "history", "gh", "--limit", "1", "--json")
+    assert run.code == 0 and run.json()["events"][0]["type"] == "GROUP_DELETED", run
+
 
 @contextlib.asynccontextmanager
 async def terminal(

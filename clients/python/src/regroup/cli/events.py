@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from regroup.cli.connection import Connection
 from regroup.cli.exits import OK, REFUSED
 from regroup.cli.groups import groups
 from regroup.cli.options import Session, common
@@ -139,6 +140,7 @@ def history(
     Joins, leaves, fencing, expired sessions, epoch bumps and why, targets computed,
     members reconciled, drains and offset resets, kept by the coordinator for a while
     (REGROUP_HISTORY_MAX_EVENTS, REGROUP_HISTORY_MAX_AGE_MS), also for a deleted group.
+    A group that does not exist and has no history: exit code 2 (GROUP_ID_NOT_FOUND).
 
     \b
     Examples:
@@ -155,6 +157,10 @@ def history(
     )
     with session.connect() as conn:
         response = conn.admin("ListGroupEvents", request)
+        if response.error_code == common_pb2.NONE and not response.events:
+            missing = _not_found(conn, request)
+            if missing is not None:
+                response.error_code, response.error_message = missing.error_code, missing.error_message
     ok = response.error_code == common_pb2.NONE
     if session.as_json:
         emit_json(
@@ -176,3 +182,19 @@ def history(
         warn(f"group {group_id}: {error_name(response.error_code)}: {response.error_message}")
         return REFUSED
     return OK
+
+
+def _not_found(
+    conn: Connection, request: admin_pb2.ListGroupEventsRequest
+) -> admin_pb2.DescribedGroup | None:
+    """The group's GROUP_ID_NOT_FOUND, as describe gets it, when no events came back because
+    there is no such group; None when it exists, or has a history (it was deleted: its
+    events are kept, and none matched the filters)."""
+    (group,) = conn.describe_groups([request.group_id])
+    if group.error_code != common_pb2.GROUP_ID_NOT_FOUND:
+        return None
+    if request.types or request.since_ms:
+        unfiltered = admin_pb2.ListGroupEventsRequest(group_id=request.group_id, limit=1)
+        if conn.admin("ListGroupEvents", unfiltered).events:
+            return None
+    return group
