@@ -98,8 +98,9 @@ async def test_topics(service: Service) -> None:
     assert run.code == 2 and "topic orders: TOPIC_ALREADY_EXISTS" in run.err, run
     run = await regroup(service, "topics", "create", "orders", "-p", "3", "--if-not-exists", "--json")
     assert run.code == 0, run
+    # The answer for a topic that was there carries neither its id nor its size: null, not 0.
     assert run.json()["topics"] == [
-        {"name": "orders", "topic_id": None, "num_partitions": 0, "error": None, "created": False}
+        {"name": "orders", "topic_id": None, "num_partitions": None, "error": None, "created": False}
     ]
     run = await regroup(service, "topics", "grow", "orders", "--partitions", "5")
     assert run.code == 2 and "new_partition_racks must give 2" in run.err, run  # racks for the new ones too
@@ -107,9 +108,12 @@ async def test_topics(service: Service) -> None:
     assert run.code == 0 and run.out == "Topic orders has 5 partitions.\n", run
     run = await regroup(service, "topics", "grow", "orders", "--partitions", "2")
     assert run.code == 2 and "INVALID_PARTITIONS" in run.err, run
-    run = await regroup(service, "topics", "describe", "orders", "--json")
-    (topic,) = run.json()["topics"]
+    run = await regroup(service, "topics", "describe", "orders", "missing", "--json")
+    assert run.code == 2, run
+    topic, missing = run.json()["topics"]
     assert topic["num_partitions"] == 5 and topic["partition_racks"] == ["a", "b", "c", "d", "e"], run
+    assert missing["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION" and missing["num_partitions"] is None, run
+    assert missing["topic_id"] is None, run
     run = await regroup(service, "topics", "describe")
     header, row = run.out.splitlines()
     assert header.split() == ["TOPIC", "TOPIC-ID", "PARTITIONS", "RACKS"], run
@@ -203,6 +207,7 @@ async def test_groups_describe_and_offsets(service: Service) -> None:
     (offset,) = run.json()["offsets"]
     assert offset["topic"] == "orders" and offset["partition"] == a_partitions[0] and offset["offset"] == 42
     assert offset["committed_member_epoch"] == 2 and offset["error"] is None
+    assert offset["metadata"] is None  # committed without metadata
 
     # A third member: the target moves partitions to it, which the others must revoke first.
     c = WireMember(service.stubs.coordinator, "g1", "m-c", ["orders"])
@@ -262,6 +267,14 @@ async def test_history(service: Service) -> None:
     assert [e["sequence"] for e in events] == sorted((e["sequence"] for e in events), reverse=True)
     joined = next(e for e in events if e["type"] == "MEMBER_JOINED")
     assert joined["member_id"] == "m-a" and joined["member_epoch"] >= 1 and joined["time"].endswith("Z")
+    # What an event does not concern is null (docs/cli.md), not proto3's 0.
+    assert joined["partitions_moved"] is None and joined["previous_group_epoch"] is None, joined
+    assert joined["duration_ms"] is None and joined["partition_count"] is None, joined
+    targets = [e for e in events if e["type"] == "TARGET_COMPUTED"]
+    assert max(e["partitions_moved"] for e in targets) == 2, targets  # both partitions, to m-a
+    assert all(e["member_epoch"] is None and e["partition_count"] is None for e in targets), targets
+    bumped = next(e for e in events if e["type"] == "GROUP_EPOCH_BUMPED")
+    assert isinstance(bumped["previous_group_epoch"], int) and bumped["partitions_moved"] is None, bumped
 
     run = await regroup(
         service,
@@ -599,8 +612,9 @@ async def test_members_drain(service: Service) -> None:
 
     run = await regroup(service, "members", "drain", "gd", "--member-id", "m-a", "--undrain")
     assert run.code == 0 and "in service" in run.out, run
-    run = await regroup(service, "members", "drain", "gd", "--member-id", "nobody")
+    run = await regroup(service, "members", "drain", "gd", "--member-id", "nobody", "--json")
     assert run.code == 2 and "UNKNOWN_MEMBER_ID" in run.err, run
+    assert run.json()["error"]["code"] == "UNKNOWN_MEMBER_ID" and run.json()["group_epoch"] is None, run
     run = await regroup(service, "members", "drain", "gd", "--member-id", "m-a", "--undrain", "--wait")
     assert run.code == 1, run
     # A member that leaves while --wait waits for it is as good as drained.

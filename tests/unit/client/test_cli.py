@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from regroup.cli.app import cli
-from regroup.cli.describe import ASSIGNED, ASSIGNING, REVOKING, UNASSIGNED, partition_rows
+from regroup.cli.describe import ASSIGNED, ASSIGNING, REVOKING, UNASSIGNED, member_json, partition_rows
 from regroup.cli.diagnose import hint, host_port
-from regroup.cli.events import since_ms, type_value
+from regroup.cli.events import event_json, since_ms, type_value
 from regroup.cli.exits import BAD_TOKEN, DESCRIPTIONS, ERROR, OK, REFUSED, TIMEOUT, UNREACHABLE, UNSUPPORTED
 from regroup.cli.main import HINT
 from regroup.cli.output import partitions_text, ranges, timestamp
@@ -175,3 +175,54 @@ def test_handshake_errors_grpc_names_need_no_probe() -> None:
     closed = "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Socket closed"
     assert hint("unix:/nowhere", closed, None) is None
     assert hint("127.0.0.1:1", "Connection refused", None) is None
+
+
+def test_event_json_is_null_where_the_event_does_not_concern_a_field() -> None:
+    """docs/cli.md: "a field that does not apply is null". proto3 sends 0 and "" for fields an
+    event does not set: by type, what is null and what is a real 0 (issue 38)."""
+    joined = event_json(
+        admin_pb2.GroupEvent(
+            type=admin_pb2.GROUP_EVENT_TYPE_MEMBER_JOINED, group_epoch=1, member_id="m", member_epoch=1
+        )
+    )
+    assert joined["member_epoch"] == 1 and joined["group_epoch"] == 1
+    for key in ("previous_group_epoch", "partition_count", "duration_ms", "partitions_moved", "topic_name"):
+        assert joined[key] is None, key
+    bumped = event_json(
+        admin_pb2.GroupEvent(type=admin_pb2.GROUP_EVENT_TYPE_GROUP_EPOCH_BUMPED, group_epoch=1)
+    )
+    assert bumped["previous_group_epoch"] == 0 and bumped["member_epoch"] is None  # 0 -> 1: a real 0
+    assert bumped["member_id"] is None and bumped["partitions_moved"] is None
+    target = event_json(admin_pb2.GroupEvent(type=admin_pb2.GROUP_EVENT_TYPE_TARGET_COMPUTED, group_epoch=2))
+    assert (
+        target["partitions_moved"] == 0 and target["duration_ms"] == 0 and target["partition_count"] is None
+    )
+    deleted = event_json(
+        admin_pb2.GroupEvent(type=admin_pb2.GROUP_EVENT_TYPE_TOPIC_DELETED, topic_name="orders")
+    )
+    assert deleted["partition_count"] == 0 and deleted["topic_name"] == "orders"  # none left: a real 0
+    # A drain does not concern the member's epoch (the text view leaves it out too).
+    draining = event_json(
+        admin_pb2.GroupEvent(type=admin_pb2.GROUP_EVENT_TYPE_MEMBER_DRAINING, member_id="m")
+    )
+    assert draining["member_epoch"] is None and draining["member_id"] == "m"
+
+
+def test_member_json_is_null_for_what_the_member_did_not_say() -> None:
+    member = admin_pb2.DescribedMember(member_id="m", member_epoch=3, member_state="STABLE")
+    described = member_json(member)
+    assert described["client_id"] is None and described["host"] is None, described
+    assert described["instance_id"] is None and described["rack"] is None
+    group = admin_pb2.DescribedGroup(
+        group_id="g",
+        members=[
+            admin_pb2.DescribedMember(
+                member_id="m",
+                assignment=common_pb2.Assignment(
+                    topic_partitions=[common_pb2.TopicPartitions(topic_name="t", partitions=[0])]
+                ),
+            )
+        ],
+    )
+    (row,) = partition_rows(group, None)
+    assert row.json()["client_id"] is None and row.json()["host"] is None and row.json()["member_id"] == "m"

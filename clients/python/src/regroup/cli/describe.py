@@ -76,8 +76,8 @@ class PartitionRow:
             "partition": self.partition,
             "committed_offset": self.committed_offset,
             "member_id": m.member_id if m else None,
-            "client_id": m.client_id if m else None,
-            "host": m.client_host if m else None,
+            "client_id": (m.client_id or None) if m else None,
+            "host": (m.client_host or None) if m else None,
             "member_epoch": m.member_epoch if m else None,
             "state": self.state,
         }
@@ -207,8 +207,8 @@ def member_json(m: admin_pb2.DescribedMember) -> dict[str, Any]:
     return {
         "member_id": m.member_id,
         "instance_id": m.instance_id or None,
-        "client_id": m.client_id,
-        "host": m.client_host,
+        "client_id": m.client_id or None,
+        "host": m.client_host or None,
         "rack": m.rack_id or None,
         "member_epoch": m.member_epoch,
         "previous_member_epoch": m.previous_member_epoch,

@@ -69,6 +69,32 @@ def events_table(events: Iterable[admin_pb2.GroupEvent], *, short_times: bool = 
     return table(EVENT_HEADERS, rows)
 
 
+#: The event types each number concerns, as the coordinator sets them (reconciler/history.py).
+#: proto3 sends 0 for the others, which --json shows as null (docs/cli.md: "a field that does
+#: not apply is null"); for these types a 0 is a real 0 (a topic deleted, nothing moved).
+_CONCERNS: dict[str, frozenset[int]] = {
+    "previous_group_epoch": frozenset({admin_pb2.GROUP_EVENT_TYPE_GROUP_EPOCH_BUMPED}),
+    "partition_count": frozenset(
+        {
+            admin_pb2.GROUP_EVENT_TYPE_TOPIC_CREATED,
+            admin_pb2.GROUP_EVENT_TYPE_TOPIC_GROWN,
+            admin_pb2.GROUP_EVENT_TYPE_TOPIC_DELETED,
+            admin_pb2.GROUP_EVENT_TYPE_MEMBER_RECONCILED,
+            admin_pb2.GROUP_EVENT_TYPE_OFFSETS_RESET,
+        }
+    ),
+    "duration_ms": frozenset(
+        {admin_pb2.GROUP_EVENT_TYPE_TARGET_COMPUTED, admin_pb2.GROUP_EVENT_TYPE_GROUP_STABLE}
+    ),
+    "partitions_moved": frozenset({admin_pb2.GROUP_EVENT_TYPE_TARGET_COMPUTED}),
+}
+
+
+def _concerned(e: admin_pb2.GroupEvent, key: str) -> int | None:
+    value: int = getattr(e, key)
+    return value if e.type in _CONCERNS[key] else None
+
+
 def event_json(e: admin_pb2.GroupEvent) -> dict[str, Any]:
     return {
         "sequence": e.sequence,
@@ -78,15 +104,16 @@ def event_json(e: admin_pb2.GroupEvent) -> dict[str, Any]:
         "reason": e.reason or None,
         "message": e.message,
         "group_epoch": e.group_epoch,
-        "previous_group_epoch": e.previous_group_epoch,
+        "previous_group_epoch": _concerned(e, "previous_group_epoch"),
         "member_id": e.member_id or None,
         "instance_id": e.instance_id or None,
-        "member_epoch": e.member_epoch,
+        # 0: the event does not concern the member's epoch (a drain), as in the table.
+        "member_epoch": e.member_epoch if e.member_id and e.member_epoch else None,
         "topic_name": e.topic_name or None,
-        "partition_count": e.partition_count,
+        "partition_count": _concerned(e, "partition_count"),
         "assignor": e.assignor or None,
-        "duration_ms": e.duration_ms,
-        "partitions_moved": e.partitions_moved,
+        "duration_ms": _concerned(e, "duration_ms"),
+        "partitions_moved": _concerned(e, "partitions_moved"),
     }
 
 

@@ -80,7 +80,7 @@ def drain(
             "member_id": response.member_id or member_id,
             "instance_id": instance_id,
             "drain_state": response.drain_state or None,
-            "group_epoch": response.group_epoch,
+            "group_epoch": response.group_epoch if response.error_code == common_pb2.NONE else None,
             "left": False,
             "error": error_json(response.error_code, response.error_message),
         }

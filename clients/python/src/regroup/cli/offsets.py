@@ -59,7 +59,7 @@ def show_offsets(session: Session, group_id: str) -> int:
                         "topic": topic,
                         "partition": p.partition,
                         "offset": p.offset if p.offset >= 0 else None,
-                        "metadata": p.metadata,
+                        "metadata": p.metadata or None,
                         "committed_member_epoch": p.committed_member_epoch,
                         "commit_timestamp_ms": p.commit_timestamp_ms or None,
                         "error": error_json(p.error_code, p.error_message),

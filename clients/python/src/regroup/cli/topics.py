@@ -38,7 +38,8 @@ def _report(
                     {
                         "name": r.name,
                         "topic_id": r.topic_id or None,
-                        "num_partitions": getattr(r, "num_partitions", None),
+                        # 0 when the answer does not tell (refused, or already there): null.
+                        "num_partitions": getattr(r, "num_partitions", 0) or None,
                         "error": error_json(r.error_code, r.error_message),
                         **extra(r),
                     }
@@ -114,7 +115,7 @@ def describe(session: Session, names: tuple[str, ...]) -> int:
                     {
                         "name": t.name,
                         "topic_id": t.topic_id or None,
-                        "num_partitions": t.num_partitions,
+                        "num_partitions": t.num_partitions if t.error_code == common_pb2.NONE else None,
                         "partition_racks": list(t.partition_racks),
                         "error": error_json(t.error_code, t.error_message),
                     }
