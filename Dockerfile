@@ -5,6 +5,8 @@
 # whole runtime set (server/accept.py relies on grpcio internals, so a newer grpcio
 # resolved from a >= range is untested), and regroup and regroup-client are then
 # installed from their wheels with --no-deps, so pip resolves nothing by itself.
+# It has no embedded Postgres (pgserver, the extra regroup[embedded]): it serves the
+# DATABASE_URL it is given, and without one exits 1 saying so (server/embedded.py).
 # tests/test_image.py checks this file and the pins.
 
 # Builds the two wheels with the pinned build backend; only the wheels reach the image.

@@ -16,11 +16,17 @@ then waits for `restart` or `stop` on its stdin.
   a killed process always did; the next start on the data directory reuses it.
 - SIGINT and SIGTERM are ignored: Ctrl-C reaches the whole foreground process group,
   and the server, still stopping, needs its database until it says `stop`.
+
+pgserver (34 MB of Postgres binaries) and psutil come with the `regroup[embedded]` extra,
+which `make run` and the tests install and the service image does not: this module
+imports them only where the keeper uses them, so that a server with DATABASE_URL runs
+without them, and one without either says how to get one (`EmbeddedPostgresMissing`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -31,8 +37,6 @@ import sys
 import warnings
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
-
-import psutil
 
 if TYPE_CHECKING:
     from pgserver.postgres_server import PostgresServer
@@ -51,8 +55,30 @@ STOP_WAIT_S = 3.0
 CLEANUP_MODES = ("stop", "delete", "keep")
 
 
+#: What installs the embedded Postgres: the extra that brings pgserver and psutil.
+EXTRA = "regroup[embedded]"
+#: The one line a server without DATABASE_URL and without the extra exits with.
+MISSING_MESSAGE = (
+    "no DATABASE_URL and no embedded Postgres: set DATABASE_URL=postgresql://..., "
+    f"or install {EXTRA} (pip install '{EXTRA}')"
+)
+
+
 class EmbeddedPostgresError(Exception):
     """The keeper could not start or restart the embedded Postgres."""
+
+
+class EmbeddedPostgresMissing(EmbeddedPostgresError):
+    """pgserver is not installed (the service image has no embedded Postgres)."""
+
+    def __init__(self) -> None:
+        super().__init__(MISSING_MESSAGE)
+
+
+def embedded_available() -> bool:
+    """Whether the embedded extra is installed, found without importing it (pgserver's
+    import is slow and warns without XDG_RUNTIME_DIR) and without starting the keeper."""
+    return all(importlib.util.find_spec(name) is not None for name in ("pgserver", "psutil"))
 
 
 class PostgresKeeper:
@@ -73,6 +99,9 @@ class PostgresKeeper:
         """Spawns the keeper and waits until Postgres accepts connections (blocking)."""
         if cleanup_mode not in CLEANUP_MODES:
             raise ValueError(f"cleanup_mode must be one of {CLEANUP_MODES}, got {cleanup_mode!r}")
+        if not embedded_available():
+            # Said here, not by a keeper that fails to import: one line that names both ways out.
+            raise EmbeddedPostgresMissing()
         process = subprocess.Popen(
             [sys.executable, "-m", "regroup.server.embedded", str(data_dir), "--cleanup", cleanup_mode],
             stdin=subprocess.PIPE,
@@ -215,6 +244,8 @@ def prune_dead_handle_pids(path: Path) -> list[int]:
 
 
 def _may_be_registered(pid: int, written: float) -> bool:
+    import psutil  # the embedded extra's, as pgserver: only the keeper (and tests) get here
+
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:

@@ -37,12 +37,17 @@ IMAGE_ENV = {
 }
 
 
-def pins(path: Path) -> dict[NormalizedName, str]:
-    """`name==version` lines of a requirements file; anything else there fails the test."""
+def pins(path: Path, includes: bool = False) -> dict[NormalizedName, str]:
+    """`name==version` lines of a requirements file; anything else there fails the test,
+    but for `-r other.txt` lines with `includes`, whose pins count as the file's own."""
     found: dict[NormalizedName, str] = {}
     for line in path.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
+            continue
+        if includes and line.startswith("-r "):
+            for name, version in pins(path.parent / line.split()[1], includes).items():
+                assert found.setdefault(name, version) == version, f"{path.name} pins {name} twice"
             continue
         requirement = Requirement(line)
         specs = list(requirement.specifier)
@@ -185,3 +190,26 @@ def test_the_image_serves_metrics_for_prometheus_but_no_web_view_unless_asked() 
     assert (settings.listen, settings.metrics_listen) == ("0.0.0.0:50051", "0.0.0.0:9464")
     assert not settings.web_view_served()
     assert load_settings({**env, "REGROUP_WEB_VIEW": "on"}).web_view_served()
+
+
+#: The embedded Postgres (the extra regroup[embedded]) and what only it pulls in.
+EMBEDDED = {canonicalize_name(n) for n in ("pgserver", "psutil", "fasteners", "platformdirs")}
+
+
+def test_the_image_has_no_embedded_postgres() -> None:
+    """pgserver is 34 MB of Postgres binaries that a deployment, which always has a
+    DATABASE_URL, never runs (issue 38): it is an extra, which the image does not install."""
+    assert not set(pins(RUNTIME)) & EMBEDDED, set(pins(RUNTIME)) & EMBEDDED
+    assert not {canonicalize_name(r.name) for r in runtime_requirements()} & EMBEDDED
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {canonicalize_name(Requirement(r).name) for r in extras["embedded"]} == {
+        canonicalize_name("pgserver"),
+        canonicalize_name("psutil"),
+    }
+    # What the final stage installs: runtime.txt, then the wheels without their dependencies
+    # or extras (the first test checks both), and no requirement named anywhere else.
+    final = stages()[-1]
+    copied = [a.split()[0] for i, a in final.instructions if i == "COPY" and not a.startswith("--from")]
+    assert copied == ["requirements/runtime.txt"], copied
+    words = [word for command in final.pip_installs() for word in command]
+    assert not [w for w in words if "[" in w or canonicalize_name(w.split("=")[0]) in EMBEDDED], words

@@ -1,4 +1,5 @@
-"""Pruning pgserver's list of the processes using a pgdata (server/embedded.py)."""
+"""Pruning pgserver's list of the processes using a pgdata, and a server without the
+embedded extra (server/embedded.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,32 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
-from regroup.server.embedded import HANDLE_PIDS, prune_dead_handle_pids
+from regroup.server.embedded import HANDLE_PIDS, MISSING_MESSAGE, prune_dead_handle_pids
+
+#: What `regroup[embedded]` installs (pyproject.toml), none of which the service image has.
+EMBEDDED_EXTRA = ("pgserver", "psutil", "fasteners", "platformdirs")
+
+#: Loaded by every Python started with its folder on PYTHONPATH: the import system's path
+#: finder stops finding the embedded extra's packages, as if they were not installed.
+WITHOUT_EMBEDDED = f"""
+import sys
+from importlib.machinery import PathFinder
+
+HIDDEN = {set(EMBEDDED_EXTRA)!r}
+
+
+class WithoutEmbedded(PathFinder):
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname.partition(".")[0] in HIDDEN:
+            return None
+        return super().find_spec(fullname, path, target)
+
+
+sys.meta_path[:] = [WithoutEmbedded if finder is PathFinder else finder for finder in sys.meta_path]
+"""
 
 
 def _exited_pid() -> int:
@@ -71,3 +96,51 @@ def test_a_zombie_is_dropped(tmp_path: Path) -> None:
 def test_no_list_yet_is_an_empty_one(tmp_path: Path) -> None:
     assert prune_dead_handle_pids(tmp_path / HANDLE_PIDS) == []
     assert not (tmp_path / HANDLE_PIDS).exists()
+
+
+def _without_embedded(tmp_path: Path) -> dict[str, str]:
+    """The environment of a Python in which the embedded extra is not installed."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(WITHOUT_EMBEDDED)
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_the_shim_hides_the_embedded_extra_and_nothing_else(tmp_path: Path) -> None:
+    env = _without_embedded(tmp_path)
+    for name in EMBEDDED_EXTRA:
+        run = subprocess.run(
+            [sys.executable, "-c", f"import {name}"], env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 1 and f"No module named '{name}'" in run.stderr, run.stderr
+    run = subprocess.run([sys.executable, "-c", "import regroup.server.main, asyncpg"], env=env)
+    assert run.returncode == 0
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate", "cluster"])
+def test_without_database_url_and_the_extra_the_server_says_how_to_get_either(
+    tmp_path: Path, command: str
+) -> None:
+    """The service image has no embedded Postgres (issue 38): without DATABASE_URL every
+    command that needs a database exits 1 with one line naming both ways out, and starts
+    no keeper that would fail with a traceback."""
+    env = _without_embedded(tmp_path)
+    env.update(
+        REGROUP_DATA_DIR=str(tmp_path / "data"),
+        REGROUP_LISTEN="127.0.0.1:0",
+        REGROUP_METRICS_LISTEN="127.0.0.1:0",
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "regroup.server", command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (run.returncode, run.stderr.splitlines()) == (1, [f"regroup: {MISSING_MESSAGE}"]), run.stderr
+    assert (
+        "pip install 'regroup[embedded]'" in MISSING_MESSAGE
+        and "DATABASE_URL=postgresql://" in MISSING_MESSAGE
+    )
