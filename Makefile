@@ -3,31 +3,47 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+#: What serving needs (requirements/run.txt), a subset of what STAMP installs.
+RUN_STAMP := $(VENV)/.run-stamp
+PIP := $(PY) -m pip install --disable-pip-version-check
+EDITABLE := --no-deps --no-build-isolation -e clients/python -e .
 PROTO_OUT := clients/python/src
 PROTOS := $(wildcard proto/regroup/v1/*.proto)
 PYTEST_ARGS ?=
 
 .PHONY: setup run run-cluster migrate proto proto-check proto-lint proto-baseline lint typecheck test test-unit test-integration test-client-floors helm-lint bench chaos fmt clean
 
+## Everything a developer or CI needs (requirements/dev.txt, about 1.3 GB): the service, the
+## client, the tests and the tools. Every target but the three that serve needs it.
 setup: $(STAMP)
 
 $(STAMP): requirements/dev.txt pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements/dev.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e clients/python -e .
+	$(PIP) -q -r requirements/dev.txt
+	$(PIP) -q $(EDITABLE)
+	touch $@ $(RUN_STAMP)
+
+## Only what serving needs (requirements/run.txt: the pinned runtime set and the embedded
+## Postgres, a few hundred MB), with pip's progress shown: a first `make run` waits for it.
+## make setup marks it done too: dev.txt is a superset (tests/test_install_sets.py).
+$(RUN_STAMP): requirements/run.txt requirements/runtime.txt requirements/build.txt pyproject.toml clients/python/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "Installing what the service needs into $(VENV) (requirements/run.txt); make setup adds the test tools."
+	$(PIP) --progress-bar on -r requirements/run.txt
+	$(PIP) $(EDITABLE)
 	touch $@
 
 ## Runs the service on 127.0.0.1:50051; without DATABASE_URL it keeps an embedded Postgres under .regroup/.
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(PY) -m regroup.server
 
 ## Three replicas on one embedded Postgres (127.0.0.1:50051, :50052, :50053), for trying failover
 ## by hand (README.md, "Trying failover"); Ctrl-C stops them all.
-run-cluster: $(STAMP)
+run-cluster: $(RUN_STAMP)
 	$(PY) -m regroup.server cluster
 
 ## Applies the SQL migrations in migrations/ to DATABASE_URL (or the embedded Postgres).
-migrate: $(STAMP)
+migrate: $(RUN_STAMP)
 	$(PY) -m regroup.server migrate
 
 ## Regenerates the Python stubs from proto/.
