@@ -24,7 +24,7 @@ $(STAMP): requirements/dev.txt pyproject.toml clients/python/pyproject.toml
 	touch $@ $(RUN_STAMP)
 
 ## Only what serving needs (requirements/run.txt: the pinned runtime set and the embedded
-## Postgres, a few hundred MB), with pip's progress shown: a first `make run` waits for it.
+## Postgres, 120 MB installed), with pip's progress shown: a first `make run` waits for it.
 ## make setup marks it done too: dev.txt is a superset (tests/test_install_sets.py).
 $(RUN_STAMP): requirements/run.txt requirements/runtime.txt requirements/build.txt pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
