@@ -24,12 +24,20 @@ SERVING = ("run", "run-cluster", "migrate")
 DEV_ONLY = ("pyspark", "playwright", "matplotlib", "mypy", "pytest", "ruff", "hypothesis", "grpcio-tools")
 
 
+#: The venv that make run, make setup and make test install into (make test-client-floors has its own).
+VENV_PYTHON = ".venv/bin/python"
+
+
 def pip_installs(target: str) -> list[list[str]]:
-    """The pip installs `make TARGET` runs in a fresh clone (-B: as if nothing were installed)."""
-    commands = subprocess.run(
+    """The pip installs into .venv that `make TARGET` runs in a fresh clone (-B: as if nothing
+    were installed)."""
+    printed = subprocess.run(
         ["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.splitlines()
-    return [words for words in map(shlex.split, commands) if words[1:4] == ["-m", "pip", "install"]]
+    ).stdout
+    commands = printed.replace("\\\n", " ").splitlines()  # a recipe line continued with a backslash
+    return [
+        words for words in map(shlex.split, commands) if words[:4] == [VENV_PYTHON, "-m", "pip", "install"]
+    ]
 
 
 def requirement_files(installs: list[list[str]]) -> list[str]:
