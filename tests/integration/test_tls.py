@@ -19,7 +19,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from regroup.client import GroupAdmin, GroupMember, SyncGroupAdmin, TlsConfig
+from regroup.client import GroupAdmin, GroupMember, SyncGroupAdmin, TlsConfig, Unavailable
 from regroup.server.accept import SUPPORTED
 from regroup.server.config import ConfigError
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
@@ -29,6 +29,9 @@ from tests.support.certs import CertificateAuthority, Issued, serial_of_der
 from tests.support.wire import Stubs, WireMember, converge
 
 pytestmark = pytest.mark.integration
+
+#: A client that gives up soon (a refused handshake is retried as any unreachable address).
+QUICK = {"timeout": 0.3, "retry_backoff_ms": 20, "retry_backoff_max_ms": 50}
 
 
 @dataclass
@@ -130,15 +133,65 @@ async def test_a_member_joins_and_gets_partitions_over_tls(start_service: Servic
     assert described[0].group_id == "g1"
 
 
+async def test_the_client_names_a_tls_mismatch_and_the_option_that_fixes_it(
+    start_service: ServiceFactory, pki: Pki
+) -> None:
+    """gRPC reports these as "Socket closed" or a failed handshake; the client's error
+    says what they mean (issue 38)."""
+    tls_only = address(await start_service(credentials=pki.credentials(), **pki.settings()))
+    client = pki.clients.client("worker-1")
+    mutual = address(await start_service(credentials=pki.credentials(client), **pki.settings(mutual=True)))
+    plain = address(await start_service())
+    stranger = CertificateAuthority("other clients").client("worker-2")
+    cases = [
+        (tls_only, None, "perhaps the server speaks TLS only: pass tls=TlsConfig(ca=...)"),
+        (
+            mutual,
+            TlsConfig(ca=pki.ca_file),
+            "perhaps the server requires a client certificate (mTLS): pass TlsConfig(cert=..., key=...)",
+        ),
+        (
+            mutual,
+            TlsConfig(ca=pki.ca_file, cert=stranger.cert, key=stranger.key),
+            "perhaps the server did not accept the client certificate: give TlsConfig a certificate "
+            "signed by the server's client CA",
+        ),
+        (plain, TlsConfig(ca=pki.ca_file), "perhaps the server speaks plain text, not TLS: leave tls= out"),
+        (
+            tls_only,
+            TlsConfig(ca=CertificateAuthority("stranger").cert),
+            "perhaps the server's certificate is not signed by a CA the client trusts",
+        ),
+    ]
+    for target, tls, hint in cases:
+        async with GroupAdmin(target, tls=tls, **QUICK) as admin:
+            with pytest.raises(Unavailable) as error:
+                await admin.list_groups()
+        assert error.value.address == target
+        assert f"cannot reach {target}" in str(error.value) and hint in str(error.value), str(error.value)
+    # The blocking admin says the same.
+    with SyncGroupAdmin(tls_only, **QUICK) as sync_admin, pytest.raises(Unavailable) as error:
+        await asyncio.to_thread(sync_admin.list_groups)  # the servers run on this loop
+    assert "perhaps the server speaks TLS only" in str(error.value)
+    # A channel the application made may speak anything: no guess then.
+    factory = grpc.aio.insecure_channel
+    async with GroupAdmin(tls_only, channel_factory=factory, **QUICK) as admin:
+        with pytest.raises(Unavailable) as error:
+            await admin.list_groups()
+    assert "Socket closed" in str(error.value) and "perhaps" not in str(error.value)
+
+
 async def test_the_server_name_can_be_overridden(start_service: ServiceFactory, tmp_path: Path) -> None:
     ca = CertificateAuthority()
     cert, key = ca.issue("regroup", names=("regroup.internal",)).write(tmp_path, "server")
     service = await start_service(tls_cert=cert, tls_key=key)
     target = address(service)
-    async with GroupAdmin(target, tls=TlsConfig(ca=ca.cert)) as admin:
-        with pytest.raises(grpc.aio.AioRpcError) as error:
+    async with GroupAdmin(target, tls=TlsConfig(ca=ca.cert), **QUICK) as admin:
+        with pytest.raises(Unavailable) as error:
             await admin.create_topics({"orders": 1})  # 127.0.0.1 is not a name of the certificate
-        assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert error.value.status == grpc.StatusCode.UNAVAILABLE
+        assert "does not name the host dialled: " in str(error.value)
+        assert "TlsConfig(server_name_override=...)" in str(error.value)
     tls = TlsConfig(ca=ca.cert, server_name_override="regroup.internal")
     async with GroupAdmin(target, tls=tls) as admin:
         await admin.create_topics({"orders": 1})

@@ -7,7 +7,20 @@ See clients/python/README.md for examples.
 
 from regroup.client.admin import GroupAdmin, SyncGroupAdmin
 from regroup.client.connect import ConnectWorker, WorkerListener
-from regroup.client.errors import CommitFailed, RegroupError
+from regroup.client.errors import (
+    AuthorizationFailed,
+    CommitFailed,
+    Fenced,
+    GroupError,
+    InvalidRequest,
+    NotCoordinator,
+    RegroupError,
+    RetriableError,
+    ServerError,
+    TimedOut,
+    TopicError,
+    Unavailable,
+)
 from regroup.client.leader import LeaderElection, SyncLeaderElection
 from regroup.client.member import GroupMember, MemberOptions
 from regroup.client.sync import SyncConnectWorker, SyncGroupMember
@@ -23,22 +36,32 @@ from regroup.client.types import (
 
 __all__ = [
     "Assignment",
+    "AuthorizationFailed",
     "CommitFailed",
     "ConnectResource",
     "ConnectWorker",
     "ConnectorTaskId",
+    "Fenced",
     "GroupAdmin",
+    "GroupError",
     "GroupMember",
+    "InvalidRequest",
     "LeaderElection",
     "MemberOptions",
+    "NotCoordinator",
     "PartitionToken",
     "RebalanceListener",
     "RegroupError",
+    "RetriableError",
+    "ServerError",
     "SyncConnectWorker",
     "SyncGroupAdmin",
     "SyncGroupMember",
     "SyncLeaderElection",
+    "TimedOut",
     "TlsConfig",
+    "TopicError",
     "TopicPartition",
+    "Unavailable",
     "WorkerListener",
 ]

@@ -1,19 +1,23 @@
 """GroupAdmin: thin typed wrappers over the GroupAdmin service, async and sync.
 
 The plural calls return the per-item results as the service sends them; the
-singular ones raise RegroupError when the item was refused. The listings
-(`list_groups`, `describe_topics`) follow the service's pages and return them all.
-Calls about groups go to each group's coordinator: a group answered NOT_COORDINATOR
-is asked again where the answer says (see routing.py)."""
+singular ones raise RegroupError (of its class, errors.py) when the item was refused.
+The listings (`list_groups`, `describe_topics`) follow the service's pages and return
+them all. Calls about groups go to each group's coordinator: a group answered
+NOT_COORDINATOR is asked again where the answer says (see routing.py). What is
+retriable (`Unavailable`: the address unreachable, COORDINATOR_NOT_AVAILABLE...;
+`NotCoordinator`) is retried after `retry_backoff_ms`, doubling, within the client's
+`timeout`; gRPC failures are raised as RegroupErrors `from` them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
-from regroup.client.errors import RegroupError
+from regroup.client.errors import Channels, Unavailable, error_for
+from regroup.client.retries import retry_async, retry_blocking
 from regroup.client.routing import CoordinatorRouter, GroupCall, drive_async, drive_blocking, routed, single
 from regroup.client.tls import TlsConfig, aio_connector, blocking_connector, check_factory
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
@@ -33,7 +37,7 @@ ResetOffsetsResponse = admin_pb2.ResetOffsetsResponse
 
 def _check(result: Any) -> Any:
     if result.error_code != common_pb2.NONE:
-        raise RegroupError(result.error_code, result.error_message)
+        raise error_for(result.error_code, result.error_message)
     return result
 
 
@@ -141,7 +145,7 @@ def _next_page(request: Any, response: Any) -> bool:
         return False
     if token == request.page_token:
         # A server that hands the same token back would keep us here forever.
-        raise RegroupError(common_pb2.UNKNOWN_SERVER_ERROR, f"The server repeated page token {token!r}.")
+        raise error_for(common_pb2.UNKNOWN_SERVER_ERROR, f"The server repeated page token {token!r}.")
     request.page_token = token
     return True
 
@@ -170,7 +174,7 @@ def _admin_commit(group_id: str, offsets: Mapping[tuple[str, int], int]) -> Grou
         for t in r.topics:
             for p in t.partitions:
                 if p.error_code != common_pb2.NONE:
-                    raise RegroupError(p.error_code, f"{t.name}-{p.partition}: {p.error_message}")
+                    raise error_for(p.error_code, f"{t.name}-{p.partition}: {p.error_message}")
 
     return single("coordinator", "OffsetCommit", group_id, request), read
 
@@ -236,11 +240,18 @@ def _reset(
     return single("admin", "ResetOffsets", group_id, request), _check
 
 
+def _address_of(router: CoordinatorRouter[Any], call: GroupCall, channels: Channels) -> str | None:
+    """The address that answered a call about one group."""
+    return router.address(call.group_ids[0]) or channels.bootstrap
+
+
 class GroupAdmin:
     """Async admin client: `admin = GroupAdmin("host:50051")`, then `await admin.create_topic("t", 8)`.
 
-    `timeout` bounds each call, including the retries of a group call that follows its
-    coordinator (after `retry_backoff_ms`, doubling up to `retry_backoff_max_ms`);
+    `timeout` bounds each call, including its retries (after `retry_backoff_ms`, doubling
+    up to `retry_backoff_max_ms`) of what is retriable: an unreachable address or a
+    coordinator that cannot answer now (`Unavailable`), a group call following its
+    coordinator (`NotCoordinator`). What is still failing then is raised;
     `channel_factory(address)` opens the channels, to the target and to the coordinators
     followed (default: insecure channels, or TLS ones with `tls`, a `TlsConfig`). Given
     a channel and no factory, every call goes through that channel (the service
@@ -272,29 +283,66 @@ class GroupAdmin:
         self._stub = self._router.bootstrap.admin
         self._timeout = timeout
         self._backoff = (retry_backoff_ms, retry_backoff_max_ms)
+        self._channels = Channels.of(target, tls, channel_factory)
+
+    async def _retried(self, what: str, attempt: Callable[[float], Awaitable[T]]) -> T:
+        backoff_ms, backoff_max_ms = self._backoff
+        return await retry_async(
+            attempt, within=self._timeout, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms, what=what
+        )
+
+    async def _send(self, rpc: str, request: Any, read: Callable[[Any], T], seconds: float) -> tuple[Any, T]:
+        """One call to the bootstrap address, and its response read."""
+        try:
+            response = await getattr(self._stub, rpc)(
+                request, timeout=seconds, metadata=self._router.metadata()
+            )
+        except grpc.RpcError as err:
+            raise self._channels.error(err) from err
+        try:
+            return response, read(response)
+        except Unavailable as error:
+            error.address = error.address or self._channels.bootstrap
+            raise
 
     async def _do(self, plan: Plan[T]) -> T:
         rpc, request, read = plan
-        return read(
-            await getattr(self._stub, rpc)(request, timeout=self._timeout, metadata=self._router.metadata())
-        )
+
+        async def attempt(seconds: float) -> T:
+            return (await self._send(rpc, request, read, seconds))[1]
+
+        return await self._retried(rpc, attempt)
 
     async def _do_group(self, plan: GroupPlan[T]) -> T:
         call, read = plan
         backoff_ms, backoff_max_ms = self._backoff
-        steps = routed(
-            self._router, call, timeout=self._timeout, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms
-        )
-        return read(await drive_async(self._router, steps))
+
+        async def attempt(seconds: float) -> T:
+            steps = routed(
+                self._router, call, timeout=seconds, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms
+            )
+            try:
+                response = await drive_async(self._router, steps)
+            except grpc.RpcError as err:
+                raise self._channels.error(err, self._router.failed_at) from err
+            try:
+                return read(response)
+            except Unavailable as error:
+                error.address = error.address or _address_of(self._router, call, self._channels)
+                raise
+
+        return await self._retried(call.rpc, attempt)
 
     async def _pages(self, plan: Plan[list[T]]) -> list[T]:
         rpc, request, read = plan
         out: list[T] = []
         while True:
-            response = await getattr(self._stub, rpc)(
-                request, timeout=self._timeout, metadata=self._router.metadata()
-            )
-            out += read(response)
+
+            async def attempt(seconds: float) -> tuple[Any, list[T]]:
+                return await self._send(rpc, request, read, seconds)
+
+            response, items = await self._retried(rpc, attempt)
+            out += items
             if not _next_page(request, response):
                 return out
 
@@ -437,29 +485,55 @@ class SyncGroupAdmin:
         self._stub = self._router.bootstrap.admin
         self._timeout = timeout
         self._backoff = (retry_backoff_ms, retry_backoff_max_ms)
+        self._channels = Channels.of(target, tls, channel_factory)
+
+    def _retried(self, what: str, attempt: Callable[[float], T]) -> T:
+        backoff_ms, backoff_max_ms = self._backoff
+        return retry_blocking(
+            attempt, within=self._timeout, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms, what=what
+        )
+
+    def _send(self, rpc: str, request: Any, read: Callable[[Any], T], seconds: float) -> tuple[Any, T]:
+        try:
+            response = getattr(self._stub, rpc)(request, timeout=seconds, metadata=self._router.metadata())
+        except grpc.RpcError as err:
+            raise self._channels.error(err) from err
+        try:
+            return response, read(response)
+        except Unavailable as error:
+            error.address = error.address or self._channels.bootstrap
+            raise
 
     def _do(self, plan: Plan[T]) -> T:
         rpc, request, read = plan
-        return read(
-            getattr(self._stub, rpc)(request, timeout=self._timeout, metadata=self._router.metadata())
-        )
+        return self._retried(rpc, lambda seconds: self._send(rpc, request, read, seconds)[1])
 
     def _do_group(self, plan: GroupPlan[T]) -> T:
         call, read = plan
         backoff_ms, backoff_max_ms = self._backoff
-        steps = routed(
-            self._router, call, timeout=self._timeout, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms
-        )
-        return read(drive_blocking(self._router, steps))
+
+        def attempt(seconds: float) -> T:
+            steps = routed(
+                self._router, call, timeout=seconds, backoff_ms=backoff_ms, backoff_max_ms=backoff_max_ms
+            )
+            try:
+                response = drive_blocking(self._router, steps)
+            except grpc.RpcError as err:
+                raise self._channels.error(err, self._router.failed_at) from err
+            try:
+                return read(response)
+            except Unavailable as error:
+                error.address = error.address or _address_of(self._router, call, self._channels)
+                raise
+
+        return self._retried(call.rpc, attempt)
 
     def _pages(self, plan: Plan[list[T]]) -> list[T]:
         rpc, request, read = plan
         out: list[T] = []
         while True:
-            response = getattr(self._stub, rpc)(
-                request, timeout=self._timeout, metadata=self._router.metadata()
-            )
-            out += read(response)
+            response, items = self._retried(rpc, lambda seconds: self._send(rpc, request, read, seconds))
+            out += items
             if not _next_page(request, response):
                 return out
 

@@ -108,6 +108,9 @@ class CoordinatorRouter(Generic[C]):
         #: False once the service answered FindCoordinator with UNIMPLEMENTED (an older server).
         self.find_supported = True
         self._warned_no_connect = False
+        #: The address of the last call that failed with a gRPC error (None: the bootstrap
+        #: one), for the error the client raises to name it.
+        self.failed_at: str | None = None
 
     def metadata(self) -> tuple[tuple[str, str], ...] | None:
         """A call's metadata: the bearer token, if any, and the current trace context."""
@@ -372,6 +375,7 @@ async def drive_async(router: CoordinatorRouter[Any], steps: Generator[Step, Any
                 rpc = getattr(step.endpoint.stub(step.service), step.rpc)
                 value = await rpc(step.request, timeout=step.timeout, metadata=router.metadata())
             except grpc.RpcError as err:
+                router.failed_at = step.endpoint.address
                 error = err
         elif isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
@@ -395,6 +399,7 @@ def drive_blocking(router: CoordinatorRouter[Any], steps: Generator[Step, Any, T
                 rpc = getattr(step.endpoint.stub(step.service), step.rpc)
                 value = rpc(step.request, timeout=step.timeout, metadata=router.metadata())
             except grpc.RpcError as err:
+                router.failed_at = step.endpoint.address
                 error = err
         elif isinstance(step, Sleep):
             time.sleep(step.seconds)
