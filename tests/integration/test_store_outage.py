@@ -257,7 +257,8 @@ async def test_real_clients_keep_their_partitions_through_an_outage_three_sessio
         await asyncio.to_thread(stoppable_postgres.stop_immediately)
         partition = next(iter(members[0].assignment().partitions))
         with pytest.raises(RegroupError) as refused:
-            await members[0].commit({partition: 7})  # a write fails: the group goes stale
+            # A write fails (the group goes stale); retried within the timeout, then raised.
+            await members[0].commit({partition: 7}, timeout=0.5)
         assert refused.value.code == common_pb2.COORDINATOR_NOT_AVAILABLE
         await asyncio.sleep(3 * session_ms / 1000)
         await _restart(stoppable_postgres, service)

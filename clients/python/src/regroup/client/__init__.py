@@ -6,7 +6,7 @@ See clients/python/README.md for examples.
 """
 
 from regroup.client.admin import GroupAdmin, SyncGroupAdmin
-from regroup.client.connect import ConnectWorker, WorkerListener
+from regroup.client.connect import ConnectListener, ConnectWorker, WorkerListener
 from regroup.client.errors import (
     AuthorizationFailed,
     CommitFailed,
@@ -29,6 +29,7 @@ from regroup.client.types import (
     Assignment,
     ConnectorTaskId,
     ConnectResource,
+    PartitionListener,
     PartitionToken,
     RebalanceListener,
     TopicPartition,
@@ -38,6 +39,7 @@ __all__ = [
     "Assignment",
     "AuthorizationFailed",
     "CommitFailed",
+    "ConnectListener",
     "ConnectResource",
     "ConnectWorker",
     "ConnectorTaskId",
@@ -49,6 +51,7 @@ __all__ = [
     "LeaderElection",
     "MemberOptions",
     "NotCoordinator",
+    "PartitionListener",
     "PartitionToken",
     "RebalanceListener",
     "RegroupError",

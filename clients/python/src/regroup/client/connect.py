@@ -8,13 +8,31 @@ connector names (str) and `ConnectorTaskId` values, and its listener is a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from regroup.client.assignors.base import ClientAssignor
-from regroup.client.member import GroupMember
+from regroup.client.member import GroupMember, _Why
 from regroup.client.protocols import ConnectWire, Wire
 from regroup.client.types import ConnectResource
+
+
+@runtime_checkable
+class ConnectListener(Protocol):
+    """What a ConnectWorker's listener is: three callbacks, each given a frozenset of
+    connector names (str) and ConnectorTaskId values, each a plain function or a
+    coroutine function (plain functions for a SyncConnectWorker). Subclass
+    `WorkerListener` to override only some."""
+
+    def on_revoked(self, resources: frozenset[ConnectResource]) -> Awaitable[None] | None:
+        """Stop these: another worker gets them once this returns."""
+
+    def on_assigned(self, resources: frozenset[ConnectResource]) -> Awaitable[None] | None:
+        """Start these."""
+
+    def on_lost(self, resources: frozenset[ConnectResource]) -> Awaitable[None] | None:
+        """These were taken away without a revocation (fenced, session expired)."""
 
 
 class WorkerListener:
@@ -39,8 +57,9 @@ class ConnectWorker(GroupMember):
 
     _wire: Wire = ConnectWire
 
-    def __init__(self, target: Any, *, listener: Any = None, **kwargs: Any) -> None:
-        super().__init__(target, listener=listener if listener is not None else WorkerListener(), **kwargs)
+    def __init__(self, target: Any, *, listener: ConnectListener | None = None, **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
+        self._listener = listener if listener is not None else WorkerListener()
 
     async def join(  # type: ignore[override]
         self,
@@ -50,11 +69,20 @@ class ConnectWorker(GroupMember):
         instance_id: str | None = None,
         client_assignors: Sequence[ClientAssignor] | None = None,
         assignor: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - GroupMember.join's
     ) -> None:
         """Joins the Connect group; `client_assignors` (for example
-        IncrementalCooperativeAssignor()) or a server-side `assignor` decide who runs what."""
+        IncrementalCooperativeAssignor()) or a server-side `assignor` decide who runs what.
+        `timeout` as for GroupMember.join."""
         self._url = url
-        await self._join(group_id, instance_id, assignor, client_assignors)
+        await self._join(group_id, instance_id, assignor, client_assignors, timeout)
+
+    async def _why_nothing_assigned(self) -> _Why:
+        return _Why(
+            "nothing assigned yet: has the group connectors (GroupAdmin.put_connectors), "
+            "and more of them and their tasks than workers?",
+            logging.INFO,
+        )
 
     def subscribe(self, *, topics: Sequence[str] | None = None, regex: str | None = None) -> None:
         raise TypeError("Connect workers share their group's connectors; they have no subscription")

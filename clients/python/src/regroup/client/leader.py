@@ -147,7 +147,8 @@ class LeaderElection:
     async def wait_elected(self) -> int:
         """Waits until this member leads (bound it with asyncio.timeout); returns its token."""
         while True:
-            await self._member.wait_for_assignment(lambda a: any(map(_is_leadership, a.partitions)))
+            # Unreported: a follower waiting (for ever) to lead is not a trouble.
+            await self._member._wait(lambda a: any(map(_is_leadership, a.partitions)), None, report=False)
             token = self._token
             if token is not None:
                 return token

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,11 +32,15 @@ from regroup.client.errors import (
     FENCING_CODES,
     RETRIABLE_CODES,
     RETRIABLE_STATUSES,
+    Channels,
     CommitFailed,
     RegroupError,
+    TimedOut,
+    error_for,
     error_name,
 )
 from regroup.client.protocols import ConsumerWire, Wire
+from regroup.client.retries import retry_async
 from regroup.client.routing import (
     CoordinatorRouter,
     Endpoint,
@@ -48,11 +53,12 @@ from regroup.client.routing import (
 from regroup.client.tls import TlsConfig, aio_connector, check_factory
 from regroup.client.types import (
     Assignment,
+    PartitionListener,
     RebalanceListener,
     TopicPartition,
     call_listener,
 )
-from regroup.v1 import common_pb2, coordinator_pb2
+from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
 
 log = logging.getLogger("regroup.client")
 
@@ -67,6 +73,10 @@ LEAVE_RETRIABLE_CODES = frozenset(
         common_pb2.COORDINATOR_LOAD_IN_PROGRESS,
     }
 )
+
+#: What commit() and committed() retry within their deadline: the coordinator is moving
+#: or loading the group, or cannot reach its store for a moment.
+CALL_RETRIABLE_CODES = LEAVE_RETRIABLE_CODES
 
 Request = coordinator_pb2.ConsumerGroupHeartbeatRequest
 Response = coordinator_pb2.ConsumerGroupHeartbeatResponse
@@ -100,6 +110,29 @@ class MemberOptions:
     # server, a stream that broke and is reopened after a backoff), and always when the
     # member was given `interceptors` of which none intercepts stream-stream calls.
     member_stream: bool = True
+    # While wait_for_assignment() waits, the member logs why nothing arrives (the
+    # coordinator unreachable, no such topic, nothing assigned yet): first after
+    # wait_log_after_ms, then every wait_log_interval_ms. Heartbeats that keep failing
+    # (join() against an unreachable address) are logged at once, then at most every
+    # wait_log_interval_ms while the trouble lasts.
+    wait_log_after_ms: int = 5_000
+    wait_log_interval_ms: int = 30_000
+
+
+#: The least time join() gives its last heartbeat; sooner than that it raises TimedOut.
+MIN_JOIN_ATTEMPT_S = 0.05
+#: How long the DescribeTopics that tells why nothing is assigned may take at most.
+MAX_DIAGNOSIS_S = 2.0
+
+
+@dataclass(frozen=True)
+class _Why:
+    """Why a member waits: what to say, at which log level, and the error behind it."""
+
+    text: str
+    level: int
+    code: int = common_pb2.NONE
+    cause: BaseException | None = None
 
 
 class _Flush:
@@ -137,7 +170,7 @@ class GroupMember:
         self,
         target: str | grpc.aio.Channel,
         *,
-        listener: Any = None,
+        listener: PartitionListener | None = None,
         member_id: str | None = None,
         options: MemberOptions | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -156,6 +189,8 @@ class GroupMember:
         )
         self._connect: Callable[[str], grpc.aio.Channel] | None
         self._bootstrap_target = target if isinstance(target, str) else None
+        #: Where calls go and how channels speak, for the errors the member raises.
+        self._channels = Channels.of(target, tls, channel_factory)
         if isinstance(target, str):
             if channel_factory is not None and interceptors:
                 raise ValueError("with channel_factory, add the interceptors to the channels it makes")
@@ -181,7 +216,8 @@ class GroupMember:
         self._streams_intercepted = not interceptors or any(_intercepts_streams(i) for i in interceptors)
         #: Ask FindCoordinator before the next heartbeat (a NOT_COORDINATOR named nobody).
         self._lookup_wanted = False
-        self._listener = listener if listener is not None else RebalanceListener()
+        #: Called by method name (a ConnectWorker's listener has other names).
+        self._listener: object = listener if listener is not None else RebalanceListener()
         self._options = options or MemberOptions()
         self._clock = clock
         self._member_id = member_id or uuid.uuid4().hex
@@ -220,6 +256,10 @@ class GroupMember:
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
         self._failure: RegroupError | None = None
+        #: Why the last heartbeats failed (None once one is answered), and when that was logged.
+        self._trouble: RegroupError | None = None
+        self._trouble_logged_at: float | None = None
+        self._trouble_unlogged = 0
         #: Set (then dropped) at the next change `wait_for_assignment` may wait for.
         self._changed: asyncio.Event | None = None
         self._joined = False
@@ -276,10 +316,14 @@ class GroupMember:
         capacity: int | None = None,
         replicas: int | None = None,
         require_co_partitioning: bool | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline for the retries, raised as TimedOut
     ) -> None:
         """Joins the group and returns once the coordinator accepted the member;
         partitions then arrive through the listener. Raises RegroupError when the
         coordinator refuses the join for good (invalid request, group full...).
+        Retries an unreachable or busy coordinator, logging why (at once, then every
+        `wait_log_interval_ms`), for ever or at most `timeout` seconds: then raises
+        TimedOut (a RegroupError and a TimeoutError) saying why, from the last error.
 
         `assignor` names a server-side assignor; `client_assignors` (in order of
         preference) makes the group compute its assignment in its members.
@@ -297,7 +341,7 @@ class GroupMember:
             "replicas": replicas,
             "require_co_partitioning": require_co_partitioning,
         }
-        await self._join(group_id, instance_id, assignor, client_assignors)
+        await self._join(group_id, instance_id, assignor, client_assignors, timeout)
 
     async def _join(
         self,
@@ -305,6 +349,7 @@ class GroupMember:
         instance_id: str | None,
         assignor: str | None,
         client_assignors: Sequence[ClientAssignor] | None,
+        within: float | None = None,
     ) -> None:
         if self._joined:
             raise RuntimeError("this member already joined; create a new one")
@@ -321,7 +366,7 @@ class GroupMember:
         self._lost_done.set()
         self._lookup_wanted = self._options.find_coordinator
         with span("regroup.join", group_id=group_id, member_id=self._member_id):
-            delay = await self._join_until_accepted()
+            delay = await self._join_until_accepted(within)
         self._joined = True
         log.info("joined group %s as %s at epoch %d", group_id, self._member_id, self._epoch)
         self._tasks = [
@@ -336,12 +381,21 @@ class GroupMember:
         self._subscription = ("topics", tuple(topics)) if topics is not None else ("regex", regex or "")
         self._poke()
 
-    async def commit(self, offsets: Mapping[TopicPartition, int | tuple[int, str]]) -> None:
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int | tuple[int, str]],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline for the retries
+    ) -> None:
         """Commits offsets (the next offset to process, optionally with metadata) with
-        the member's current epoch. Raises RegroupError when the whole commit is
-        refused (STALE_MEMBER_EPOCH after a rebalance, UNKNOWN_MEMBER_ID), and
-        CommitFailed naming the refused partitions (PARTITION_NOT_OWNED: not
-        this member's any more)."""
+        the member's current epoch. A coordinator that is moving or loading the group,
+        or cannot reach its store (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE,
+        COORDINATOR_LOAD_IN_PROGRESS), or cannot be reached, is retried after the
+        backoff within `timeout` seconds (default `request_timeout_ms`); then that
+        error is raised (`Unavailable`, `NotCoordinator`). Raises `Fenced` when the
+        whole commit is refused (STALE_MEMBER_EPOCH after a rebalance,
+        UNKNOWN_MEMBER_ID), and CommitFailed naming the refused partitions
+        (PARTITION_NOT_OWNED: not this member's any more)."""
         request = coordinator_pb2.OffsetCommitRequest(
             group_id=self._group_id, member_id=self._member_id, member_epoch=self._epoch
         )
@@ -354,11 +408,11 @@ class GroupMember:
             for partition, offset, metadata in sorted(entries):
                 topic.partitions.add(partition=partition, offset=offset, metadata=metadata)
         with span("regroup.commit", group_id=self._group_id, partitions=len(offsets)):
-            response = await self._group_call("OffsetCommit", request)
+            response = await self._retried_call("OffsetCommit", request, timeout)
         if response.error_code != common_pb2.NONE:
-            raise RegroupError(response.error_code, response.error_message)
+            raise error_for(response.error_code, response.error_message)
         failed = {
-            TopicPartition(t.name, p.partition, t.topic_id): RegroupError(p.error_code, p.error_message)
+            TopicPartition(t.name, p.partition, t.topic_id): error_for(p.error_code, p.error_message)
             for t in response.topics
             for p in t.partitions
             if p.error_code != common_pb2.NONE
@@ -367,10 +421,14 @@ class GroupMember:
             raise CommitFailed(failed)
 
     async def committed(
-        self, partitions: Iterable[TopicPartition] | None = None
+        self,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline for the retries
     ) -> dict[TopicPartition, int]:
         """The committed offsets of `partitions` (default: every committed one of the
-        group); partitions without a committed offset are left out."""
+        group); partitions without a committed offset are left out. Retries as
+        `commit` does, within `timeout` seconds (default `request_timeout_ms`)."""
         request = coordinator_pb2.OffsetFetchRequest(
             group_id=self._group_id, member_id=self._member_id, member_epoch=self._epoch
         )
@@ -382,9 +440,9 @@ class GroupMember:
                 request.topics.add(topic_id=topic_id, name=name, partitions=sorted(ps))
             if not by_topic:
                 return {}
-        response = await self._group_call("OffsetFetch", request)
+        response = await self._retried_call("OffsetFetch", request, timeout)
         if response.error_code != common_pb2.NONE:
-            raise RegroupError(response.error_code, response.error_message)
+            raise error_for(response.error_code, response.error_message)
         return {
             TopicPartition(t.name, p.partition, t.topic_id): p.offset
             for t in response.topics
@@ -392,21 +450,124 @@ class GroupMember:
             if p.error_code == common_pb2.NONE and p.offset >= 0
         }
 
-    async def wait_for_assignment(self, predicate: Callable[[Assignment], bool] | None = None) -> Assignment:
+    async def wait_for_assignment(
+        self,
+        predicate: Callable[[Assignment], bool] | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - raised as TimedOut, saying why
+    ) -> Assignment:
         """Waits until the owned partitions satisfy `predicate` (by default: the
-        member reached its target and owns something); bound it with asyncio.timeout."""
+        member reached its target and owns something), for ever or at most `timeout`
+        seconds: then raises TimedOut (a RegroupError and a TimeoutError) saying why
+        nothing arrived. While it waits, it logs why: first after `wait_log_after_ms`,
+        then every `wait_log_interval_ms` (MemberOptions). Raises the member's
+        failure if it stopped."""
+        return await self._wait(predicate, timeout, report=True)
+
+    async def _wait(
+        self, predicate: Callable[[Assignment], bool] | None, within: float | None, *, report: bool
+    ) -> Assignment:
+        """wait_for_assignment, for at most `within` seconds; `report`: log why nothing
+        arrives while waiting."""
 
         def settled(a: Assignment) -> bool:
             return self._target is not None and a.partitions == self._target and bool(a.partitions)
 
         check = predicate or settled
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        deadline = math.inf if within is None else now + within
+        next_report = now + self._options.wait_log_after_ms / 1000 if report else math.inf
         while not check(self.assignment()):
             if self._failure is not None:
                 raise self._failure
+            now = loop.time()
+            if now >= deadline:
+                why = await self._why_waiting()
+                raise TimedOut(
+                    why.code, f"{self._who()}: not assigned within {within:g} s: {why.text}"
+                ) from why.cause
+            if now >= next_report:
+                why = await self._why_waiting()
+                log.log(why.level, "%s waits for its assignment: %s", self._who(), why.text)
+                next_report = loop.time() + self._options.wait_log_interval_ms / 1000
             if self._changed is None:
                 self._changed = asyncio.Event()
-            await self._changed.wait()
+            wake = min(deadline, next_report) - loop.time()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(None if math.isinf(wake) else max(0.0, wake)):
+                    await self._changed.wait()
         return self.assignment()
+
+    def _who(self) -> str:
+        return f"member {self._member_id} of group {self._group_id}"
+
+    async def _why_waiting(self) -> _Why:
+        """Why the member has no (satisfying) assignment now, for a log or a TimedOut."""
+        trouble = self._trouble
+        if not self._joined:
+            why = (
+                f"it has not joined ({trouble})"
+                if trouble is not None
+                else "it has not joined: call join() first"
+            )
+            return _Why(why, logging.WARNING, trouble.code if trouble else common_pb2.NONE, trouble)
+        if trouble is not None:
+            return _Why(f"no answer from the coordinator: {trouble}", logging.WARNING, trouble.code, trouble)
+        target, owned = self._target, self._owned
+        if target is None:
+            return _Why(f"the coordinator sent no assignment yet (member epoch {self._epoch})", logging.INFO)
+        if not target:
+            return await self._why_nothing_assigned()
+        if target != owned:
+            return _Why(
+                f"a rebalance is under way: it owns {len(owned)} of the {len(target)} partitions "
+                "assigned to it (others may wait for their owners to release them)",
+                logging.INFO,
+            )
+        return _Why(f"it owns {len(owned)} partitions, which the predicate does not accept", logging.INFO)
+
+    async def _why_nothing_assigned(self) -> _Why:
+        """The coordinator assigned nothing: a subscribed topic that does not exist says why."""
+        kind, spec = self._subscription
+        if kind == "regex":
+            return _Why(
+                f"nothing assigned: does a topic's whole name match the regex {spec!r}?", logging.WARNING
+            )
+        if not spec:
+            return _Why("nothing assigned: it subscribes to no topics (subscribe())", logging.INFO)
+        missing, unknown = await self._missing_topics(tuple(spec))
+        if missing:
+            return _Why(
+                f"no such topic: {', '.join(missing)} (create it: GroupAdmin.create_topics, "
+                "or `regroup topics create`)",
+                logging.WARNING,
+                common_pb2.UNKNOWN_TOPIC_OR_PARTITION,
+            )
+        return _Why(
+            "nothing assigned yet: other members hold the partitions of "
+            f"{', '.join(spec)} (more members than partitions?){unknown}",
+            logging.INFO,
+        )
+
+    async def _missing_topics(self, names: tuple[str, ...]) -> tuple[list[str], str]:
+        """The subscribed topics that do not exist (DescribeTopics at the bootstrap
+        address), and why that could not be told, if it could not."""
+        request = admin_pb2.DescribeTopicsRequest(names=list(names))
+        seconds = min(self._options.request_timeout_ms / 1000, MAX_DIAGNOSIS_S)
+        try:
+            response = await self._router.bootstrap.admin.DescribeTopics(
+                request, timeout=seconds, metadata=self._router.metadata()
+            )
+        except grpc.aio.AioRpcError as err:
+            return [], f" (DescribeTopics failed: {err.code().name})"
+        if response.error_code != common_pb2.NONE:
+            return [], f" (DescribeTopics refused: {error_name(response.error_code)})"
+        missing = [t.name for t in response.topics if t.error_code == common_pb2.UNKNOWN_TOPIC_OR_PARTITION]
+        refused = sorted(
+            {error_name(t.error_code) for t in response.topics} - {"NONE", "UNKNOWN_TOPIC_OR_PARTITION"}
+        )
+        return missing, f" (DescribeTopics: {', '.join(refused)})" if refused else ""
 
     async def close(self, *, permanent: bool | None = None) -> None:
         """Revokes what the member owns (listener), then leaves the group: with
@@ -464,6 +625,31 @@ class GroupMember:
         )
         return await drive_async(self._router, steps)
 
+    async def _retried_call(self, rpc: str, request: Any, within: float | None) -> Any:
+        """`_group_call`, retried after the backoff while the coordinator is moving,
+        loading or unreachable (CALL_RETRIABLE_CODES, gRPC UNAVAILABLE), within `within`
+        seconds (default request_timeout_ms); then that error is raised. Other answers
+        come back as they are; other gRPC errors are raised as their RegroupError."""
+        options = self._options
+
+        async def attempt(seconds: float) -> Any:
+            try:
+                response = await self._group_call(rpc, request, seconds)
+            except grpc.aio.AioRpcError as err:
+                raise self._channels.error(err, self._router.failed_at) from err
+            if response.error_code in CALL_RETRIABLE_CODES:
+                address = self._router.address(self._group_id) or self._channels.bootstrap
+                raise error_for(response.error_code, response.error_message, address=address)
+            return response
+
+        return await retry_async(
+            attempt,
+            within=options.request_timeout_ms / 1000 if within is None else within,
+            backoff_ms=options.retry_backoff_ms,
+            backoff_max_ms=options.retry_backoff_max_ms,
+            what=f"{rpc} of {self._who()}",
+        )
+
     async def __aenter__(self) -> GroupMember:
         return self
 
@@ -472,18 +658,26 @@ class GroupMember:
 
     # -- heartbeats ----------------------------------------------------------
 
-    async def _join_until_accepted(self) -> float:
-        """The first heartbeat, retried until the coordinator accepts or refuses the member.
+    async def _join_until_accepted(self, within: float | None) -> float:
+        """The first heartbeat, retried until the coordinator accepts or refuses the member,
+        or `within` seconds passed (TimedOut, from the last failure).
 
         The member may still be at epoch 0 (a new group whose first target is
         not computed yet): it is in the group, and keeps sending full requests."""
+        deadline = math.inf if within is None else self._clock() + within
         while True:
-            delay = await self._heartbeat_once()
+            delay = await self._heartbeat_once(deadline - self._clock())
             if self._failure is not None:
                 raise self._failure
             if self._failures == 0:
                 return delay
-            await asyncio.sleep(delay)
+            remaining = deadline - self._clock()
+            if remaining < MIN_JOIN_ATTEMPT_S:
+                trouble = self._trouble
+                why = str(trouble) if trouble is not None else "no answer"
+                code = trouble.code if trouble is not None else common_pb2.COORDINATOR_NOT_AVAILABLE
+                raise TimedOut(code, f"{self._who()}: not joined within {within:g} s: {why}") from trouble
+            await asyncio.sleep(min(delay, remaining - MIN_JOIN_ATTEMPT_S))
 
     async def _heartbeat_loop(self, delay: float) -> None:
         assert self._wake is not None and self._lost_done is not None
@@ -502,24 +696,26 @@ class GroupMember:
             if self._failure is not None:
                 return
 
-    def _call_timeout(self) -> float:
-        """How long the next call may take: request_timeout_ms, and never past the session."""
-        timeout = self._options.request_timeout_ms / 1000
+    def _call_timeout(self, cap: float = math.inf) -> float:
+        """How long the next call may take: request_timeout_ms, never past the session,
+        nor past `cap` seconds (what is left of join()'s timeout)."""
+        timeout = min(self._options.request_timeout_ms / 1000, max(MIN_JOIN_ATTEMPT_S, cap))
         if self._epoch > 0 and self._session_timeout_ms:
             # An answer that comes after the session expired would not save the partitions.
             timeout = max(0.05, min(timeout, self._session_expiry() - self._clock()))
         return timeout
 
-    async def _heartbeat_once(self) -> float:
-        """Sends one heartbeat and applies its outcome; returns the delay until the next one."""
+    async def _heartbeat_once(self, cap: float = math.inf) -> float:
+        """Sends one heartbeat (taking at most `cap` seconds) and applies its outcome;
+        returns the delay until the next one."""
         if self._lookup_wanted:
             self._lookup_wanted = False
             # Half the time at most, so that the heartbeat keeps time for its own answer.
-            await find_async(self._router, self._group_id, self._call_timeout() / 2)
+            await find_async(self._router, self._group_id, self._call_timeout(cap) / 2)
         request, fields = self._build_request()
         flushes, self._flushes = self._flushes, []
         sent_at = self._clock()
-        timeout = self._call_timeout()
+        timeout = self._call_timeout(cap)
         endpoint = self._router.route(self._group_id)
         try:
             with span("regroup.heartbeat", group_id=self._group_id, member_epoch=request.member_epoch):
@@ -530,17 +726,19 @@ class GroupMember:
             self._resolve(flushes, False)
             raise
         except grpc.aio.AioRpcError as err:
+            error = self._channels.error(err, endpoint.address)
+            error.__cause__ = err
             if err.code() not in RETRIABLE_STATUSES:
-                self._fail(
-                    RegroupError(common_pb2.UNKNOWN_SERVER_ERROR, f"{err.code().name}: {err.details()}")
-                )
+                self._fail(error)
                 self._resolve(flushes, False)
                 return 0.0
-            log.warning("heartbeat of %s failed (%s), retrying", self._member_id, err.code().name)
+            self._troubled(error)
             # A followed coordinator that is gone: the retry goes to the bootstrap address.
             self._router.unreachable([self._group_id], endpoint, err.code())
             return self._retry_later(flushes)
         code: int = response.error_code
+        if code not in RETRIABLE_CODES:
+            self._untroubled()
         if code in (common_pb2.NONE, common_pb2.COMPUTE_ASSIGNMENT):
             self._accept(response, fields, sent_at)
             self._resolve(flushes, True)
@@ -560,15 +758,38 @@ class GroupMember:
             return 0.0
         if code in RETRIABLE_CODES:
             # Never a fencing: the member keeps its epoch and partitions (a failover keeps them too).
-            log.warning("heartbeat of %s refused (%s), retrying", self._member_id, error_name(code))
+            self._troubled(
+                error_for(code, response.error_message, address=endpoint.address or self._channels.bootstrap)
+            )
             if code == common_pb2.NOT_COORDINATOR:
                 step = self._router.not_coordinator(self._group_id, response.coordinator_address)
                 self._lookup_wanted = step == "find"
             self._note_renewed_session(response, sent_at)
             return self._retry_later(flushes)
-        self._fail(RegroupError(code, response.error_message))
+        self._fail(error_for(code, response.error_message))
         self._resolve(flushes, False)
         return 0.0
+
+    def _troubled(self, error: RegroupError) -> None:
+        """A heartbeat failed and is retried: logged at once, then at most every
+        wait_log_interval_ms while the trouble lasts (each retry at DEBUG)."""
+        self._trouble = error
+        now = self._clock()
+        logged = self._trouble_logged_at
+        if logged is not None and now - logged < self._options.wait_log_interval_ms / 1000:
+            self._trouble_unlogged += 1
+            log.debug("heartbeat of %s failed: %s; retrying", self._who(), error)
+            return
+        doing = "heartbeats of" if self._joined else "cannot join yet:"
+        since = f" ({self._trouble_unlogged} more failures since the last report)" if logged else ""
+        log.warning("%s %s: %s; retrying%s", doing, self._who(), error, since)
+        self._trouble_logged_at, self._trouble_unlogged = now, 0
+
+    def _untroubled(self) -> None:
+        """A heartbeat was answered: the trouble is over."""
+        if self._trouble is not None and self._trouble_logged_at is not None:
+            log.info("%s: the coordinator answers again", self._who())
+        self._trouble, self._trouble_logged_at, self._trouble_unlogged = None, None, 0
 
     async def _send_heartbeat(self, endpoint: Endpoint[Any], request: Request, seconds: float) -> Response:
         """On the member stream to the endpoint when there is one, else a unary call."""

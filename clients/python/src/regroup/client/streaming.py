@@ -101,6 +101,10 @@ class StreamMux:
         self.supported = True
         self._retry_at = 0.0
         self._failures = 0
+        #: Whether a failure to open was logged since the stream was last open: the next
+        #: ones go at DEBUG (an unreachable address fails every backoff, for ever; the
+        #: members report that themselves, rarely).
+        self._open_failure_logged = False
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._nudge: dict[MemberKey, Callable[[], None]] = {}
@@ -210,6 +214,7 @@ class StreamMux:
             stream.max_members = max(1, limits.max_members)
             self._stream = stream
             self.opened += 1
+            self._open_failure_logged = False
             if self.opened > 1:
                 # A new stream: every member heartbeats on it now, so that the coordinator
                 # knows where to nudge it (and it learns what it missed meanwhile).
@@ -231,12 +236,14 @@ class StreamMux:
             self.supported = False
             return
         delay = self._back_off()
-        log.warning(
+        log.log(
+            logging.DEBUG if self._open_failure_logged else logging.WARNING,
             "member stream could not open (%s: %s); unary heartbeats, trying again in %.2fs",
             code.name,
             details,
             delay,
         )
+        self._open_failure_logged = True
 
     async def _read(self, stream: _Stream) -> None:
         code, details = grpc.StatusCode.UNAVAILABLE, "the member stream ended"

@@ -14,11 +14,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
 
-from regroup.client.connect import ConnectWorker
+from regroup.client.connect import ConnectListener, ConnectWorker, WorkerListener
 from regroup.client.errors import RegroupError
 from regroup.client.member import GroupMember, MemberOptions
 from regroup.client.tls import TlsConfig, check_factory
-from regroup.client.types import Assignment, RebalanceListener, TopicPartition
+from regroup.client.types import Assignment, PartitionListener, RebalanceListener, TopicPartition
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -42,7 +42,7 @@ def _twin(
 class _InWorkerThread:
     """Runs a plain listener's callbacks in a worker thread, off the member's loop."""
 
-    def __init__(self, listener: Any) -> None:
+    def __init__(self, listener: object) -> None:
         self._listener = listener if listener is not None else RebalanceListener()
 
     async def _run(self, method: str, partitions: frozenset[TopicPartition]) -> None:
@@ -160,7 +160,7 @@ class SyncGroupMember(OnSharedLoop):
         self,
         target: str,
         *,
-        listener: Any = None,
+        listener: PartitionListener | None = None,
         member_id: str | None = None,
         options: MemberOptions | None = None,
         interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
@@ -168,13 +168,26 @@ class SyncGroupMember(OnSharedLoop):
         tls: TlsConfig | None = None,
         token: str | None = None,
     ) -> None:
+        self._open(target, listener, member_id, options, interceptors, channel_factory, tls, token)
+
+    def _open(
+        self,
+        target: str,
+        listener: object,
+        member_id: str | None = None,
+        options: MemberOptions | None = None,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] | None = None,
+        channel_factory: Callable[[str], grpc.aio.Channel] | None = None,
+        tls: TlsConfig | None = None,
+        token: str | None = None,
+    ) -> None:
+        """Starts the member on the shared loop, with `listener`'s methods run in threads."""
         check_factory(tls, channel_factory)  # before a thread is started for nothing
 
         async def make() -> GroupMember:
             # The channel must be created on the loop that will use it.
-            return self._member_class(
+            member = self._member_class(
                 target,
-                listener=_InWorkerThread(listener),
                 member_id=member_id,
                 options=options,
                 interceptors=interceptors,
@@ -182,6 +195,9 @@ class SyncGroupMember(OnSharedLoop):
                 tls=tls,
                 token=token,
             )
+            # Set here, as ConnectWorker does: its callbacks have a Connect worker's names.
+            member._listener = _InWorkerThread(listener)
+            return member
 
         self._member = self._start_on_loop(make)
 
@@ -210,11 +226,8 @@ class SyncGroupMember(OnSharedLoop):
     def wait_for_assignment(
         self, predicate: Callable[[Assignment], bool] | None = None, timeout: float | None = None
     ) -> Assignment:
-        async def wait() -> Assignment:
-            async with asyncio.timeout(timeout):
-                return await self._member.wait_for_assignment(predicate)
-
-        return self._call(wait())
+        """GroupMember.wait_for_assignment: TimedOut (also a TimeoutError) after `timeout` seconds."""
+        return self._call(self._member.wait_for_assignment(predicate, timeout=timeout))
 
     def close(self, *, permanent: bool | None = None) -> None:
         self._finish(lambda: self._member.close(permanent=permanent))
@@ -231,5 +244,9 @@ class SyncConnectWorker(SyncGroupMember):
     on_revoked, on_lost) run in worker threads."""
 
     _member_class = ConnectWorker
+
+    def __init__(self, target: str, *, listener: ConnectListener | None = None, **kwargs: Any) -> None:
+        """SyncGroupMember's options; `listener`'s methods are plain functions."""
+        self._open(target, listener if listener is not None else WorkerListener(), **kwargs)
 
     join = _twin(ConnectWorker.join)  # type: ignore[arg-type]

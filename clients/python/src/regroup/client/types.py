@@ -6,7 +6,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 from regroup.v1 import common_pb2
 
@@ -55,6 +55,23 @@ class Assignment:
         return len(self.partitions)
 
 
+@runtime_checkable
+class PartitionListener(Protocol):
+    """What a GroupMember's listener is: three callbacks, each given a frozenset of
+    TopicPartition, each a plain function or a coroutine function (for a
+    SyncGroupMember, plain functions: they run in worker threads). Subclass
+    `RebalanceListener` to override only some."""
+
+    def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> Awaitable[None] | None:
+        """Stop working on these: another member gets them once this returns."""
+
+    def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> Awaitable[None] | None:
+        """Start working on these."""
+
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> Awaitable[None] | None:
+        """These were taken away without a revocation (fenced, session expired): do not commit."""
+
+
 class RebalanceListener:
     """Callbacks around ownership changes; override what you need.
 
@@ -76,7 +93,7 @@ class RebalanceListener:
         return self.on_partitions_revoked(partitions)
 
 
-async def call_listener(listener: Any, method: str, partitions: frozenset[TopicPartition]) -> None:
+async def call_listener(listener: object, method: str, partitions: frozenset[TopicPartition]) -> None:
     """Calls one listener method, awaiting it if it is a coroutine. Errors are
     logged, not raised: the member must keep following the protocol."""
     callback = getattr(listener, method, None)
