@@ -19,7 +19,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from regroup.client import GroupAdmin, GroupMember, SyncGroupAdmin, TlsConfig, Unavailable
+from regroup.client import (
+    GroupAdmin,
+    GroupMember,
+    MemberOptions,
+    SyncGroupAdmin,
+    TimedOut,
+    TlsConfig,
+    Unavailable,
+)
 from regroup.server.accept import SUPPORTED
 from regroup.server.config import ConfigError
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
@@ -169,6 +177,12 @@ async def test_the_client_names_a_tls_mismatch_and_the_option_that_fixes_it(
                 await admin.list_groups()
         assert error.value.address == target
         assert f"cannot reach {target}" in str(error.value) and hint in str(error.value), str(error.value)
+    # So does a member that cannot join.
+    options = MemberOptions(retry_backoff_ms=20, retry_backoff_max_ms=50)
+    async with GroupMember(mutual, tls=TlsConfig(ca=pki.ca_file), options=options) as member:
+        with pytest.raises(TimedOut) as joining:
+            await member.join("g", topics=["orders"], timeout=0.3)
+    assert "perhaps the server requires a client certificate (mTLS)" in str(joining.value)
     # The blocking admin says the same.
     with SyncGroupAdmin(tls_only, **QUICK) as sync_admin, pytest.raises(Unavailable) as error:
         await asyncio.to_thread(sync_admin.list_groups)  # the servers run on this loop
