@@ -83,7 +83,8 @@ class TlsMaterial:
 
     @property
     def fingerprint(self) -> str:
-        """SHA-256 of the first certificate (DER), as `openssl x509 -fingerprint -sha256` shows it."""
+        """SHA-256 of the first certificate (DER), as `openssl x509 -fingerprint -sha256` shows it
+        (see `fingerprint`)."""
         return fingerprint(self.cert)
 
     @property
@@ -94,8 +95,10 @@ class TlsMaterial:
 
 
 def fingerprint(pem: bytes) -> str:
+    """Upper-case hex bytes joined by colons: what `openssl x509 -noout -fingerprint -sha256`
+    prints after `sha256 Fingerprint=`, so that an operator can compare the log with it."""
     der = ssl.PEM_cert_to_DER_cert(_first_certificate(pem).decode("ascii"))
-    return hashlib.sha256(der).hexdigest()
+    return hashlib.sha256(der).digest().hex(":").upper()
 
 
 def _first_certificate(pem: bytes) -> bytes:

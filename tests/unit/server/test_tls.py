@@ -5,10 +5,15 @@ refusing a new set that does not load and keeping the one in use."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import grpc
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 
 from regroup.server.config import ConfigError, load_settings
 from regroup.server.forwarding import Forwarder
@@ -61,7 +66,27 @@ def test_a_valid_pair_loads(ca: CertificateAuthority, pair: TlsPaths) -> None:
     material = load(pair)
     assert material.cert == pair.cert.read_bytes() and material.key == pair.key.read_bytes()
     assert (material.client_ca, material.ca, material.generation) == (None, None, 1)
-    assert len(fingerprint(material.cert)) == 64
+    assert re.fullmatch(r"([0-9A-F]{2}:){31}[0-9A-F]{2}", fingerprint(material.cert))
+
+
+def test_the_fingerprint_reads_as_openssl_prints_it(ca: CertificateAuthority, pair: TlsPaths) -> None:
+    """The logged fingerprint (server_started, tls_reloaded) is what README.md says:
+    `openssl x509 -noout -fingerprint -sha256` prints `sha256 Fingerprint=AB:CD:...`,
+    and the log holds what follows the `=`, so an operator can compare the two."""
+    chain = pair.cert.read_bytes() + ca.cert  # of a chain, the first certificate's
+    digest = x509.load_pem_x509_certificate(pair.cert.read_bytes()).fingerprint(hashes.SHA256())
+    assert fingerprint(chain) == ":".join(f"{byte:02X}" for byte in digest)
+    if shutil.which("openssl") is None:
+        return  # the format is checked above; openssl's own output where it is installed
+    printed = subprocess.run(
+        ["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", str(pair.cert)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    label, value = printed.split("=", 1)
+    assert label.lower() == "sha256 fingerprint", printed
+    assert fingerprint(chain) == value
 
 
 def test_the_peer_ca_is_the_ca_else_the_client_ca(ca: CertificateAuthority, pair: TlsPaths) -> None:
