@@ -34,6 +34,8 @@ from tests.support.doc_blocks import (
     collect,
     console_commands,
     make_commands,
+    required_commands,
+    setup_code,
     sql_statements,
 )
 from tests.support.pg import EmbeddedPostgres
@@ -42,6 +44,8 @@ pytestmark = pytest.mark.integration
 
 BLOCKS = collect()
 VENV_BIN = Path(sys.executable).parent
+#: README.md's setup (activating .venv), run before every shell block as a reader ran it.
+SETUP = setup_code(BLOCKS)
 #: What one block may take, all its runs together: below pytest's own timeout (120 s), so that
 #: ours fires first and stops every process the block started.
 BUDGET_S = 100.0
@@ -106,19 +110,29 @@ def _scratch_checkout(tmp_path: Path) -> Path:
     return checkout
 
 
+def _path_without_venv() -> str:
+    """PATH as a new terminal has it: without the project's tools (the pinned protoc, buf,
+    grpcurl, regroup, spark-submit), which only README.md's setup block puts on it."""
+    return os.pathsep.join(
+        entry
+        for entry in os.environ.get("PATH", "").split(os.pathsep)
+        if entry and Path(entry).resolve() != VENV_BIN.resolve()
+    )
+
+
 def _shell_env(address: str, http: str, scratch_venv: Path) -> dict[str, str]:
     env = {
         **os.environ,
         "REGROUP_ADDRESS": address,
         "REGROUP_HTTP_ADDRESS": http,
-        # The project's tools first: the pinned protoc, buf, grpcurl, spark-submit.
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": _path_without_venv(),
         # A `pip install` in the docs goes to a scratch environment (pip's --python), so that it
         # cannot change the one these tests run in, and without paying for a pip of its own.
         "PIP_PYTHON": str(scratch_venv / "bin" / "python"),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
     env.pop("DATABASE_URL", None)
+    env.pop("VIRTUAL_ENV", None)
     return env
 
 
@@ -136,7 +150,7 @@ def _run_python(block: Block, tmp_path: Path, address: str, http: str) -> None:
 def _run_shell(block: Block, tmp_path: Path, address: str, http: str, scratch_venv: Path) -> None:
     script = console_commands(block) if block.language in CONSOLE else block.code
     run = _run(
-        ["bash", "-e", "-o", "pipefail", "-c", script],
+        ["bash", "-e", "-o", "pipefail", "-c", SETUP + script],
         cwd=_scratch_checkout(tmp_path),
         env=_shell_env(address, http, scratch_venv),
         timeout=BUDGET_S,
@@ -178,10 +192,9 @@ def test_code_block(item: Block | DocTestError, request: pytest.FixtureRequest, 
     if marker is not None and marker.kind == "dry-run":
         _dry_run(block)
         return
-    if marker is not None and marker.kind == "requires":
-        missing = [c for c in marker.options["commands"].split() if shutil.which(c) is None]
-        if missing:
-            pytest.skip(f"needs {', '.join(missing)}, not installed here")
+    missing = [c for c in required_commands(block) if shutil.which(c) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}, not installed here")
     if block.language in PYTHON | SHELL | CONSOLE:
         address = request.getfixturevalue("regroup_address")
         http = request.getfixturevalue("regroup_http_address")
@@ -210,3 +223,71 @@ def test_clients_doc_names_every_rpc() -> None:
         for service, body in re.findall(r"service (\w+) \{(.*?)\n\}", proto.read_text(), re.S):
             missing += [f"{service}.{rpc}" for rpc in re.findall(r"rpc (\w+)\(", body) if rpc not in text]
     assert not missing, f"docs/clients.md does not mention {missing}"
+
+
+def _readme_block(language: frozenset[str], contains: str, kind: str | None) -> Block:
+    """The README's one block of `language` with `contains` in it, marked `kind` (None: run)."""
+    (block,) = [
+        b
+        for b in BLOCKS
+        if isinstance(b, Block)
+        and b.path == "README.md"
+        and b.language in language
+        and contains in b.code
+        and (b.marker.kind if b.marker is not None else None) == kind
+    ]
+    return block
+
+
+def test_the_readme_puts_the_venv_tools_on_path_before_it_uses_them() -> None:
+    """A new terminal has no grpcurl or regroup: README.md says how to get them (its setup
+    block, which the blocks here run after) before its first block that needs one."""
+    assert SETUP.strip(), "README.md has no <!-- doc-test: setup --> block putting .venv/bin on PATH"
+    path = _path_without_venv()
+    venv_only = {tool.name for tool in VENV_BIN.iterdir() if shutil.which(tool.name, path=path) is None}
+    assert {"grpcurl", "regroup"} <= venv_only
+    setup_line = min(
+        b.line for b in BLOCKS if isinstance(b, Block) and b.marker is not None and b.marker.kind == "setup"
+    )
+    for block in BLOCKS:
+        if not isinstance(block, Block) or block.path != "README.md" or block.language not in SHELL | CONSOLE:
+            continue
+        if block.marker is not None and block.marker.kind in {"dry-run", "setup"}:
+            continue  # make commands; the setup itself
+        used = venv_only & set(re.findall(r"[\w.-]+", block.code))
+        assert not used or block.line > setup_line, f"{block.id} uses {sorted(used)} before the setup"
+
+
+def test_the_readme_example_prints_partitions_in_partition_order(
+    regroup_address: str, tmp_path: Path
+) -> None:
+    """orders-2 before orders-10, as a reader counts them (not sorted as text)."""
+    block = _readme_block(PYTHON, "wait_for_assignment", None)
+    script = tmp_path / "example.py"
+    script.write_text(block.code)
+    env = {**os.environ, "REGROUP_ADDRESS": regroup_address}
+    run = _run([sys.executable, str(script)], cwd=tmp_path, env=env, timeout=BUDGET_S)
+    assert run.returncode == 0, _failure(block.id, run)
+    printed = [int(p) for p in re.findall(r"\borders-(\d+)\b", run.stdout)]
+    # The member is alone in its group: it owns all 12 partitions, 2 and 10 among them.
+    assert printed == list(range(12)), run.stdout
+
+
+def test_what_the_readme_tls_steps_write_is_ignored_by_git(tmp_path: Path) -> None:
+    """The TLS steps write certs/ (with the CA's key) into the checkout: git ignores it, so
+    that no one commits a key by `git add .`."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    written = ["certs/ca.key"]
+    if shutil.which("openssl") is not None:
+        block = _readme_block(SHELL, "openssl req", "requires")
+        checkout = _scratch_checkout(tmp_path)
+        run = _run(["bash", "-e", "-o", "pipefail", "-c", block.code], cwd=checkout, timeout=BUDGET_S)
+        assert run.returncode == 0, _failure(block.id, run)
+        written += [
+            str(p.relative_to(checkout)) for p in checkout.rglob("*") if p.is_file() and not p.is_symlink()
+        ]
+        assert "certs/ca.key" in written[1:] and "certs/server.key" in written[1:], written
+    check = _run(["git", "check-ignore", "--no-index", "--verbose", *written], cwd=ROOT, timeout=30)
+    ignored = {line.split("\t", 1)[1] for line in check.stdout.splitlines() if "\t" in line}
+    assert ignored == set(written), f"not ignored by git: {sorted(set(written) - ignored)}"

@@ -18,7 +18,15 @@ A block that cannot run that way says so in an HTML comment right before its fen
     <!-- doc-test: dry-run reason="..." -->    (make commands, checked with make -n)
     <!-- doc-test: requires commands="grpc_java_plugin" -->
                                                (runs where these are on PATH, else skipped)
-    <!-- doc-test: once reason="..." -->       (a python block run once, not twice)
+    <!-- doc-test: once reason="..." -->       (a python block run once, not twice; with
+                                               commands="...", only where they are on PATH)
+    <!-- doc-test: setup -->                   (README.md only: a sh block a reader runs
+                                               once per terminal, activating .venv)
+
+Shell blocks run with none of the project's tools on PATH, as in a new terminal:
+README.md's setup blocks (activating ``.venv``) run first in the same shell, as
+the reader ran them, so a block that needs grpcurl or regroup runs only when the
+README says how to get them.
 
 A block in a language without a runner and without a marker is an error, and so
 are a marker that stands before no fence, an unknown marker, and a skip, dry-run
@@ -48,7 +56,12 @@ KINDS: dict[str, frozenset[str]] = {
     "dry-run": frozenset({"reason"}),
     "requires": frozenset({"commands"}),
     "once": frozenset({"reason"}),
+    "setup": frozenset(),
 }
+#: Options a kind may take besides those it requires.
+OPTIONAL: dict[str, frozenset[str]] = {"once": frozenset({"commands"})}
+#: The only file whose setup blocks count: where readers start.
+SETUP_FILE = "README.md"
 
 _FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _MARKER_START = re.compile(r"^\s*<!--\s*doc-test\b")
@@ -103,7 +116,7 @@ def parse_marker(line: str, where: str) -> Marker:
     if kind not in KINDS:
         raise DocTestError(f"{where}: unknown marker kind {kind!r}; one of {', '.join(sorted(KINDS))}")
     options = {m["key"]: m["value"] for m in _OPTION.finditer(match["options"])}
-    unknown = set(options) - KINDS[kind]
+    unknown = set(options) - KINDS[kind] - OPTIONAL.get(kind, frozenset())
     if unknown:
         raise DocTestError(f"{where}: {kind} takes no option {', '.join(sorted(unknown))}")
     missing = [key for key in sorted(KINDS[kind]) if not options.get(key, "").strip()]
@@ -177,6 +190,24 @@ def check_runnable(block: Block) -> None:
         raise DocTestError(f"{block.id}: once applies to python blocks (the others run once anyway)")
     if marker.kind == "requires" and block.language not in RUNNABLE:
         raise DocTestError(f"{block.id}: requires on a {block.language} block, which has no runner")
+    if marker.kind == "setup" and (block.language not in SHELL or block.path != SETUP_FILE):
+        raise DocTestError(f"{block.id}: setup marks sh blocks of {SETUP_FILE}, where readers start")
+
+
+def setup_code(blocks: list[Block | DocTestError]) -> str:
+    """What every shell block runs after: the setup blocks of README.md, in their order."""
+    return "".join(
+        b.code
+        for b in blocks
+        if isinstance(b, Block) and b.path == SETUP_FILE and b.marker is not None and b.marker.kind == "setup"
+    )
+
+
+def required_commands(block: Block) -> list[str]:
+    """The commands a block runs only where they are installed (requires, once commands=)."""
+    if block.marker is None or block.marker.kind not in {"requires", "once"}:
+        return []
+    return block.marker.options.get("commands", "").split()
 
 
 def make_commands(block: Block) -> list[list[str]]:

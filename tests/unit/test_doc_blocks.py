@@ -17,6 +17,8 @@ from tests.support.doc_blocks import (
     make_commands,
     markdown_files,
     parse,
+    required_commands,
+    setup_code,
     sql_statements,
 )
 
@@ -158,3 +160,33 @@ def test_a_file_with_a_broken_marker_becomes_an_error_not_a_crash(tmp_path: Path
     items = collect(tmp_path)
     assert [type(i).__name__ for i in items] == ["DocTestError", "Block"]
     assert "bad.md:1: unknown marker kind 'nope'" in str(items[0])
+
+
+def test_setup_blocks_are_readme_shell_blocks_run_before_every_shell_block() -> None:
+    readme = parse(
+        "<!-- doc-test: setup -->\n```sh\n. .venv/bin/activate\n```\n\n```sh\nls\n```\n", "README.md"
+    )
+    for block in readme:
+        check_runnable(block)
+    assert setup_code([*readme, *parse("```sh\nregroup --help\n```\n", "docs/cli.md")]) == (
+        ". .venv/bin/activate\n"
+    )
+    elsewhere = parse("<!-- doc-test: setup -->\n```sh\n. .venv/bin/activate\n```\n", "docs/cli.md")
+    with pytest.raises(DocTestError, match=r"setup marks sh blocks of README\.md"):
+        check_runnable(elsewhere[0])
+    python = parse("<!-- doc-test: setup -->\n```python\nimport os\n```\n", "README.md")
+    with pytest.raises(DocTestError, match="setup marks sh blocks"):
+        check_runnable(python[0])
+
+
+def test_once_may_name_the_commands_it_needs() -> None:
+    block = one('<!-- doc-test: once reason="starts Spark" commands="java" -->\n```python\nx = 1\n```\n')
+    check_runnable(block)
+    assert required_commands(block) == ["java"]
+    assert required_commands(one('<!-- doc-test: requires commands="curl jq" -->\n```sh\nx\n```\n')) == [
+        "curl",
+        "jq",
+    ]
+    assert required_commands(one('<!-- doc-test: once reason="slow" -->\n```python\nx = 1\n```\n')) == []
+    with pytest.raises(DocTestError, match="skip takes no option commands"):
+        one('<!-- doc-test: skip reason="x" commands="java" -->\n```sh\nx\n```\n')
