@@ -9,7 +9,10 @@
    member that processes the partitions it owns, at least once, and commits.
    Task 1 kills its own Python worker in the middle of a batch, after writing it
    to the sink and before committing it; Spark retries the task, which rejoins,
-   and its partitions move to the others in the meantime.
+   and its partitions move to the others in the meantime. Spark reports that
+   crash with an ERROR and a Java stack trace ("Python worker exited
+   unexpectedly"): it is the crash the example makes on purpose, announced on
+   stderr just before it.
 4. Writes go to a SQLite sink that keys rows by (partition, offset) and guards
    every write with the owner's fencing token (docs/fencing.md), so a zombie
    cannot overwrite and a batch processed twice lands once.
@@ -37,6 +40,11 @@ from regroup.client.spark import MemberTask, run_member_tasks, spark_session
 
 TOPIC = "rows"
 GROUP = "spark-pipeline"
+CRASH_NOTICE = (
+    "\nspark_pipeline: task {task}.{attempt} kills its Python worker now, on purpose (its last batch is "
+    "written, not committed). Spark reports it next with an ERROR and a Java stack trace ('Python "
+    "worker exited unexpectedly'); that is expected: Spark retries the task and the job goes on."
+)
 
 
 # -- the source: one file of rows per partition -----------------------------------
@@ -128,7 +136,9 @@ class GuardedSink:
             db.execute("COMMIT")
         self.batches += 1
         if self.crash_after is not None and self.batches >= self.crash_after:
-            # Killed in the middle: written to the sink, not committed.
+            # Killed in the middle: written to the sink, not committed. Said first, for the Java
+            # stack trace Spark prints next looks like a failure of the job.
+            print(CRASH_NOTICE.format(task=self.task, attempt=self.attempt), file=sys.stderr, flush=True)
             os._exit(17)
 
 

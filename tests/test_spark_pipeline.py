@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.java import require_java
+
 pytest.importorskip("pyspark")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.timeout(300)
 def test_spark_pipeline_every_row_exactly_once(tmp_path: Path) -> None:
+    require_java()
     run = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "spark_pipeline.py"), "--workdir", str(tmp_path)],
         capture_output=True,
@@ -45,3 +48,9 @@ def test_spark_pipeline_every_row_exactly_once(tmp_path: Path) -> None:
     attempts = {(t["task"], t["attempt"]) for t in summary["tasks"]}
     assert (1, 0) not in attempts and any(task == 1 for task, _ in attempts)
     assert summary["rows_written_by_tasks"] >= 80_000
+    # The Java stack trace Spark prints for the killed task is announced as the example's own
+    # doing, before it (the task's stderr reaches the driver's in local mode).
+    notice = run.stderr.find("task 1.0 kills its Python worker now, on purpose")
+    assert notice >= 0, run.stderr[-3000:]
+    trace = run.stderr.find("Python worker exited unexpectedly")
+    assert trace == -1 or notice < trace, run.stderr[-3000:]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from regroup.client.spark import FAST_JVM
+from tests.support.java import require_java
 
 pytest.importorskip("pyspark")
 
@@ -34,6 +35,7 @@ JOB = textwrap.dedent(
 
 @pytest.mark.timeout(180)
 def test_the_master_given_to_spark_submit_is_honoured(tmp_path: Path) -> None:
+    require_java()
     job = tmp_path / "job.py"
     job.write_text(JOB)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
