@@ -4,7 +4,9 @@
 "use strict";
 
 const POLL_MS = 1000;
-const EVENTS_SHOWN = 50;
+// History events asked for at first, and added by each "Show older" (the endpoint's most: 1000).
+const EVENTS_PAGE = 50;
+const EVENTS_MAX = 1000;
 // Epoch observations kept per group for the timeline (about ten minutes at one a second).
 const TIMELINE_POINTS = 600;
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -15,6 +17,7 @@ const limits = { matrixCells: 20000 };
 const state = {
   selected: null, // the group id the hash names
   observed: new Map(), // group id -> [{t, groupEpoch, assignmentEpoch, members: {id: epoch}}]
+  eventsLimit: EVENTS_PAGE, // history events asked for, for the selected group
   timer: null,
 };
 
@@ -161,9 +164,7 @@ function renderMatrix(group, topics) {
     });
   }
   const rows = members.map((m, i) => {
-    const head = el("th", { scope: "row" }, el("span", { text: m.memberId }), el("span", { className: "epoch", text: ` (${m.memberEpoch}, ${m.memberState})` }));
-    if (m.drainState) head.append(el("span", { className: `badge ${m.drainState.toLowerCase()}`, text: m.drainState }));
-    const row = el("tr", { "data-member": m.memberId }, head);
+    const row = el("tr", { "data-member": m.memberId }, memberHead(m));
     const sets = memberUnits[i];
     for (const t of cols) {
       t.partitions.forEach((part, j) => {
@@ -184,6 +185,31 @@ function renderMatrix(group, topics) {
   table.replaceChildren(el("thead", {}, topicRow, partitionRow), el("tbody", {}, ...rows));
 }
 
+// A member's row head: its id, epoch and state, then what tells members apart when their ids
+// were generated: the instance id a static member gave, and the host it calls from.
+function memberHead(m) {
+  const head = el(
+    "th",
+    { scope: "row", title: memberTitle(m) },
+    el("span", { "data-field": "member-id", text: m.memberId }),
+    el("span", { className: "epoch", text: ` (${m.memberEpoch}, ${m.memberState})` }),
+  );
+  if (m.drainState) head.append(el("span", { className: `badge ${m.drainState.toLowerCase()}`, text: m.drainState }));
+  const where = [];
+  if (m.instanceId) where.push("instance ", el("span", { "data-field": "instance-id", text: m.instanceId }));
+  if (m.clientHost) {
+    if (where.length) where.push(" · ");
+    where.push("host ", el("span", { "data-field": "client-host", text: m.clientHost }));
+  }
+  if (where.length) head.append(el("span", { className: "where" }, ...where));
+  return head;
+}
+
+function memberTitle(m) {
+  const lines = [["member", m.memberId], ["instance", m.instanceId], ["client", m.clientId], ["host", m.clientHost], ["rack", m.rackId]];
+  return lines.filter(([, v]) => v).map(([k, v]) => `${k}: ${v}`).join("\n");
+}
+
 // The matrix's fallback for large groups: a row per member with its counts of each state.
 function renderCounts(members, memberUnits, cells) {
   const note = document.getElementById("matrix-note");
@@ -196,7 +222,7 @@ function renderCounts(members, memberUnits, cells) {
     return el(
       "tr",
       { "data-member": m.memberId },
-      el("th", { scope: "row", text: `${m.memberId} (${m.memberEpoch}, ${m.memberState})${m.drainState ? " " + m.drainState : ""}` }),
+      memberHead(m),
       el("td", { "data-count": "owned", text: String(sets.owned.size) }),
       el("td", { "data-count": "revoking", text: String(sets.revoking.size) }),
       el("td", { "data-count": "waiting", text: String(waiting) }),
@@ -294,8 +320,18 @@ function renderTimeline(points) {
 
 // -- history ------------------------------------------------------------------------------
 
-function renderEvents(events) {
+// The newest events, in a box that scrolls (the page keeps its height), and a button for older
+// ones while the replica has more than the page asked for.
+function renderEvents(history) {
+  const events = history.events || [];
+  const more = Boolean(history.more);
   document.getElementById("events-empty").hidden = events.length > 0;
+  document.getElementById("events-box").hidden = events.length === 0;
+  let shown = "";
+  if (events.length > 0) shown = more ? `(the newest ${events.length})` : `(all ${events.length})`;
+  if (more && state.eventsLimit >= EVENTS_MAX) shown = `(the newest ${events.length}; "regroup groups history --since" reads older ones)`;
+  document.getElementById("events-shown").textContent = shown;
+  document.getElementById("events-more").hidden = !more || state.eventsLimit >= EVENTS_MAX;
   const rows = events.map((e) => el(
     "tr",
     { "data-event": e.type },
@@ -313,7 +349,7 @@ function renderEvents(events) {
 
 async function refreshGroup(id) {
   const path = "api/groups/" + encodeURIComponent(id);
-  const [described, history] = await Promise.all([getJson(path), getJson(`${path}/events?limit=${EVENTS_SHOWN}`)]);
+  const [described, history] = await Promise.all([getJson(path), getJson(`${path}/events?limit=${state.eventsLimit}`)]);
   if (id !== state.selected) return; // the user moved on meanwhile
   document.getElementById("group-title").textContent = id;
   const error = document.getElementById("group-error");
@@ -330,7 +366,7 @@ async function refreshGroup(id) {
     renderMatrix(group, described.body.topics || []);
     renderTimeline(observe(group));
   }
-  renderEvents(history.ok ? history.body.events || [] : []);
+  renderEvents(history.ok ? history.body : {});
 }
 
 async function poll() {
@@ -348,17 +384,30 @@ async function poll() {
   state.timer = setTimeout(poll, POLL_MS);
 }
 
-function route() {
-  state.selected = selectedFromHash();
-  document.getElementById("group").hidden = state.selected === null;
-  document.getElementById("welcome").hidden = state.selected !== null;
+// Polls at once rather than at the next tick (unless a poll is under way: it reads the state).
+function pollNow() {
   if (state.timer !== null) {
     clearTimeout(state.timer);
     poll();
   }
 }
 
+function route() {
+  state.selected = selectedFromHash();
+  state.eventsLimit = EVENTS_PAGE;
+  document.getElementById("events-box").scrollTop = 0;
+  document.getElementById("group").hidden = state.selected === null;
+  document.getElementById("welcome").hidden = state.selected !== null;
+  pollNow();
+}
+
+function showOlderEvents() {
+  state.eventsLimit = Math.min(state.eventsLimit + EVENTS_PAGE, EVENTS_MAX);
+  pollNow();
+}
+
 window.addEventListener("hashchange", route);
+document.getElementById("events-more").addEventListener("click", showOlderEvents);
 state.selected = selectedFromHash();
 document.getElementById("group").hidden = state.selected === null;
 document.getElementById("welcome").hidden = state.selected !== null;

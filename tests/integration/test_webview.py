@@ -457,3 +457,93 @@ async def test_a_connect_group_is_drawn_by_connector_and_task(
         await expect(page.locator("#matrix thead tr").nth(1).locator("th")).to_have_text(
             ["member (epoch, state)", "c", "t0", "t1", "c", "t0"]
         )
+
+
+async def _group_with_a_long_history(service: Service, events: int) -> list[WireMember]:
+    """Group g1 on topic orders with at least `events` events: a static member (instance
+    web-1) stays while others join and leave; returns the members still in the group."""
+    await service.stubs.create_topic("orders", 4)
+    stays = WireMember(service.stubs.coordinator, "g1", "worker-1", ["orders"], instance_id="web-1")
+    await converge(service.stubs, "g1", [stays])
+    for i in range(2, 100):
+        listed = await service.stubs.admin.ListGroupEvents(
+            admin_pb2.ListGroupEventsRequest(group_id="g1", limit=1000)
+        )
+        if len(listed.events) >= events:
+            return [stays]
+        comes = WireMember(service.stubs.coordinator, "g1", f"worker-{i}", ["orders"])
+        await converge(service.stubs, "g1", [stays, comes])
+        await comes.leave()
+        await converge(service.stubs, "g1", [stays])
+    raise AssertionError(f"no {events} events after 100 members")
+
+
+async def test_a_member_row_names_its_instance_and_host(start_service: ServiceFactory, browser: Any) -> None:
+    """Beside the member id (often generated, so telling little): the instance id a
+    static member gave and the host it calls from, as DescribeGroups has them."""
+    from playwright.async_api import expect
+
+    service = await start_service(metrics_listen="127.0.0.1:0")
+    await service.stubs.create_topic("orders", 4)
+    static = WireMember(service.stubs.coordinator, "g1", "worker-1", ["orders"], instance_id="web-1")
+    dynamic = WireMember(service.stubs.coordinator, "g1", "worker-2", ["orders"])
+    await converge(service.stubs, "g1", [static, dynamic])
+    hosts = {m.member_id: m.client_host for m in (await service.stubs.describe("g1")).members}
+    assert hosts["worker-1"] and hosts["worker-2"]
+
+    page = await browser.new_page()
+    await page.goto(f"http://127.0.0.1:{service.server.metrics_port}/#/groups/g1")
+    head = page.locator('#matrix tr[data-member="worker-1"] th')
+    await expect(head.locator('[data-field="member-id"]')).to_have_text("worker-1")
+    await expect(head.locator('[data-field="instance-id"]')).to_have_text("web-1")
+    await expect(head.locator('[data-field="client-host"]')).to_have_text(hosts["worker-1"])
+    # A dynamic member has no instance id: only its host is shown.
+    other = page.locator('#matrix tr[data-member="worker-2"] th')
+    await expect(other.locator('[data-field="client-host"]')).to_have_text(hosts["worker-2"])
+    await expect(other.locator('[data-field="instance-id"]')).to_have_count(0)
+    # The counts that stand in for a large group's matrix name them too.
+    await page.evaluate("() => { limits.matrixCells = 1; }")
+    await expect(page.locator("#matrix-note")).to_be_visible()
+    await expect(head.locator('[data-field="instance-id"]')).to_have_text("web-1")
+    await expect(head.locator('[data-field="client-host"]')).to_have_text(hosts["worker-1"])
+
+
+async def test_a_long_history_scrolls_in_a_box_of_its_own(
+    start_service: ServiceFactory, browser: Any
+) -> None:
+    """60 events and more do not stretch the page (4,500 px before): the newest 50 scroll in
+    a box under the matrix, and a button brings older ones, 50 at a time."""
+    from playwright.async_api import expect
+
+    service = await start_service(metrics_listen="127.0.0.1:0")
+    await _group_with_a_long_history(service, 70)
+    total = len(
+        (
+            await service.stubs.admin.ListGroupEvents(
+                admin_pb2.ListGroupEventsRequest(group_id="g1", limit=1000)
+            )
+        ).events
+    )
+    viewport = {"width": 1280, "height": 860}
+    page = await browser.new_page(viewport=viewport)
+    await page.goto(f"http://127.0.0.1:{service.server.metrics_port}/#/groups/g1")
+    rows = page.locator("#events tbody tr")
+    await expect(rows).to_have_count(50)
+    height = await page.evaluate("() => document.documentElement.scrollHeight")
+    # The whole page within two screens; the history's box within one, scrolling inside.
+    assert height < 2 * viewport["height"], height
+    box = await page.evaluate(
+        "() => { const b = document.getElementById('events-box');"
+        " return b ? [b.clientHeight, b.scrollHeight] : null; }"
+    )
+    assert box is not None, "no #events-box around the history"
+    assert box[0] < viewport["height"] * 0.6 and box[1] > box[0], box
+    await expect(page.locator("#events-shown")).to_have_text("(the newest 50)")
+
+    more = page.locator("#events-more")
+    await more.click()
+    await expect(rows).to_have_count(min(total, 100))
+    if total <= 100:
+        await expect(more).to_be_hidden()
+        await expect(page.locator("#events-shown")).to_have_text(f"(all {total})")
+    assert await page.evaluate("() => document.documentElement.scrollHeight") < 2 * viewport["height"]
