@@ -273,6 +273,14 @@ def test_the_readme_example_prints_partitions_in_partition_order(
     assert printed == list(range(12)), run.stdout
 
 
+def test_no_doc_prints_partitions_sorted_as_text() -> None:
+    """sorted(map(str, partitions)) puts orders-10 before orders-2: the docs sort the
+    TopicPartitions themselves, by (topic, partition), then print them."""
+    as_text = re.compile(r"sorted\(map\(str, [\w.]*partitions\)\)")
+    found = [b.id for b in BLOCKS if isinstance(b, Block) and b.language in PYTHON and as_text.search(b.code)]
+    assert not found, f"partitions sorted as text in {found}"
+
+
 def test_what_the_readme_tls_steps_write_is_ignored_by_git(tmp_path: Path) -> None:
     """The TLS steps write certs/ (with the CA's key) into the checkout: git ignores it, so
     that no one commits a key by `git add .`."""
