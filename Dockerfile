@@ -7,7 +7,7 @@
 # installed from their wheels with --no-deps, so pip resolves nothing by itself.
 # It has no embedded Postgres (pgserver, the extra regroup[embedded]): it serves the
 # DATABASE_URL it is given, and without one exits 1 saying so (server/embedded.py).
-# tests/test_image.py checks this file and the pins.
+# tests/deploy/test_image.py checks this file and the pins.
 
 # Builds the two wheels with the pinned build backend; only the wheels reach the image.
 FROM python:3.11-slim AS wheels

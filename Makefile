@@ -10,8 +10,13 @@ EDITABLE := --no-deps --no-build-isolation -e clients/python -e .
 PROTO_OUT := clients/python/src
 PROTOS := $(wildcard proto/regroup/v1/*.proto)
 PYTEST_ARGS ?=
+## Tests run on this many worker processes (pytest-xdist), each with its own embedded Postgres
+## and free ports; a test file's tests stay together on one worker, in order. 1 runs them here.
+TEST_WORKERS ?= 4
+PYTEST := $(PY) -m pytest -q $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+TIERS := unit integration docs deploy chaos slow
 
-.PHONY: setup run run-cluster migrate proto proto-check proto-lint proto-baseline lint typecheck test test-unit test-integration test-client-floors helm-lint bench chaos fmt clean
+.PHONY: setup run run-cluster migrate proto proto-check proto-lint proto-baseline lint typecheck test $(addprefix test-,$(TIERS)) test-client-floors helm-lint bench chaos fmt clean
 
 ## Everything a developer or CI needs (requirements/dev.txt, about 1.3 GB): the service, the
 ## client, the tests and the tools. Every target but the three that serve needs it.
@@ -25,7 +30,7 @@ $(STAMP): requirements/dev.txt pyproject.toml clients/python/pyproject.toml
 
 ## Only what serving needs (requirements/run.txt: the pinned runtime set and the embedded
 ## Postgres, 120 MB installed), with pip's progress shown: a first `make run` waits for it.
-## make setup marks it done too: dev.txt is a superset (tests/test_install_sets.py).
+## make setup marks it done too: dev.txt is a superset (tests/deploy/test_install_sets.py).
 $(RUN_STAMP): requirements/run.txt requirements/runtime.txt requirements/build.txt pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Installing what the service needs into $(VENV) (requirements/run.txt); make setup adds the test tools."
@@ -77,7 +82,7 @@ typecheck: $(STAMP)
 
 ## Lints the Helm chart and validates its rendered manifests (helm comes from a pinned PyPI wheel).
 helm-lint: $(STAMP)
-	$(PY) -m pytest -q tests/test_helm.py
+	$(PY) -m pytest -q tests/deploy/test_helm.py
 
 ## Benchmarks (docs/benchmarks.md): quick by default, the full grid with BENCH=full.
 bench: $(STAMP)
@@ -90,11 +95,11 @@ chaos: $(STAMP)
 	REGROUP_CHAOS_SECONDS=$(CHAOS_SECONDS) $(if $(CHAOS_SEED),REGROUP_CHAOS_SEED=$(CHAOS_SEED),) \
 		REGROUP_CHAOS_RESULTS=bench/results/chaos.jsonl $(PY) -m pytest -q -s tests/chaos
 
-test-unit: $(STAMP)
-	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
-
-test-integration: $(STAMP)
-	$(PY) -m pytest -q tests/integration $(PYTEST_ARGS)
+## One tier of the tests (tests/conftest.py): make test-unit, test-integration, test-docs,
+## test-deploy, test-chaos or test-slow. Outside CI the randomized tests run at the dev depth
+## (tests/support/depth.py); CI=true, or REGROUP_HYPOTHESIS_PROFILE=ci, runs them at full depth.
+$(addprefix test-,$(TIERS)): test-%: $(STAMP)
+	$(PYTEST) tests/$* $(PYTEST_ARGS)
 
 ## The client's unit tests on the oldest grpcio and protobuf it accepts (requirements/client-floors.txt),
 ## in a venv of their own; .venv tests it at the pins. The test tools come at dev.txt's pins.
@@ -119,7 +124,7 @@ test-client-floors: $(FLOORS_STAMP)
 
 ## Every check CI runs: lint, types, proto drift, the client at its dependency floors, then the whole test suite.
 test: lint typecheck proto-check proto-lint test-client-floors
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(FLOORS_VENV) build .mypy_cache .ruff_cache .hypothesis

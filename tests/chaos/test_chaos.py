@@ -15,8 +15,6 @@ import pytest
 from tests.chaos.harness import Chaos, ChaosSettings
 from tests.support.pg import EmbeddedPostgres
 
-pytestmark = pytest.mark.integration
-
 
 def _free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]

@@ -40,8 +40,6 @@ from tests.support.doc_blocks import (
 )
 from tests.support.pg import EmbeddedPostgres
 
-pytestmark = pytest.mark.integration
-
 BLOCKS = collect()
 VENV_BIN = Path(sys.executable).parent
 #: README.md's setup (activating .venv), run before every shell block as a reader ran it.

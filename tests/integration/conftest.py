@@ -4,21 +4,21 @@ port, and the real generated gRPC client."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
 from regroup.server.app import RegroupServer
-from regroup.server.clock import ManualClock
 from regroup.server.config import Settings
+from tests.support.certs import Pki, make_pki
 from tests.support.leases import MANUAL_LEASE_MS
 from tests.support.pg import EmbeddedPostgres
+from tests.support.service import Service, ServiceFactory
 from tests.support.streams import StreamCoordinatorStub
 from tests.support.wire import Stubs
-
-pytestmark = pytest.mark.integration
 
 #: How a test's heartbeats reach the server: "unary" (the RPCs) or "stream" (one shared
 #: MemberStream, tests/support/streams.py). See `heartbeat_transports`.
@@ -60,28 +60,6 @@ def postgres() -> Iterator[EmbeddedPostgres]:
 @pytest.fixture
 async def database(postgres: EmbeddedPostgres) -> str:
     return await postgres.migrated_database()
-
-
-@dataclasses.dataclass
-class Service:
-    """A running regroup server and a client connected to it."""
-
-    server: RegroupServer
-    stubs: Stubs
-    settings: Settings
-
-    @property
-    def coordinator(self) -> Any:
-        assert self.server.coordinator is not None
-        return self.server.coordinator
-
-    @property
-    def clock(self) -> ManualClock:
-        assert isinstance(self.server.clock, ManualClock)
-        return self.server.clock
-
-
-ServiceFactory = Callable[..., Awaitable[Service]]
 
 
 @pytest.fixture
@@ -134,3 +112,9 @@ async def start_service(database: str, transport: str) -> AsyncIterator[ServiceF
 @pytest.fixture
 async def service(start_service: ServiceFactory) -> Service:
     return await start_service()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    """A CA, the server's certificate files signed by it, and a client CA for mTLS."""
+    return make_pki(tmp_path)

@@ -12,11 +12,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from regroup.server.accept import SUPPORTED
 from regroup.v1 import common_pb2, coordinator_pb2
-from tests.integration.conftest import ServiceFactory
+from tests.support.service import ServiceFactory
 from tests.support.wire import WireMember, assert_disjoint, converge
 
 pytestmark = [
-    pytest.mark.integration,
     pytest.mark.skipif(not SUPPORTED, reason="this grpcio build lacks the internals the widener uses"),
 ]
 

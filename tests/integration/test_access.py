@@ -19,62 +19,14 @@ import pytest
 from regroup.client import GroupAdmin, GroupMember
 from regroup.server.config import ConfigError
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
-from tests.integration.test_replicas import FAST, owned_by, spread
-from tests.integration.test_tls import Pki, pki  # noqa: F401 (the fixture)
+from tests.support.access import ADMIN, ALICE, BASE_ACL, EVE, auth, files, grant, write_acl
+from tests.support.certs import Pki
+from tests.support.replicas import FAST, owned_by, spread
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import Stubs
-
-pytestmark = pytest.mark.integration
 
 GROUP_DENIED = common_pb2.GROUP_AUTHORIZATION_FAILED
 TOPIC_DENIED = common_pb2.TOPIC_AUTHORIZATION_FAILED
-TOKENS = {"admin": "User:admin", "alice": "User:alice", "eve": "User:eve"}
-
-
-def grant(
-    principal: str, operation: str, resource_type: str, name: str, pattern: str = "literal"
-) -> dict[str, str]:
-    return {
-        "principal": principal,
-        "operation": operation,
-        "resource_type": resource_type,
-        "pattern_type": pattern,
-        "name": name,
-    }
-
-
-BASE_ACL = [
-    grant("User:admin", "admin", "group", "*"),
-    grant("User:admin", "member", "group", "*"),
-    grant("User:admin", "admin", "topic", "*"),
-    grant("User:alice", "member", "group", "team-", "prefixed"),
-    grant("User:alice", "describe", "topic", "orders"),
-    grant("User:*", "describe", "topic", "public-", "prefixed"),
-]
-
-
-def write_acl(path: Path, acl: list[dict[str, str]]) -> Path:
-    staged = path.with_suffix(".new")
-    staged.write_text(json.dumps(acl))
-    staged.replace(path)  # in one step, as a ConfigMap update swaps its files
-    return path
-
-
-def files(folder: Path, acl: list[dict[str, str]] = BASE_ACL) -> dict[str, Path]:
-    tokens = folder / "tokens.json"
-    tokens.write_text(
-        json.dumps(
-            [{"principal": p, "sha256": hashlib.sha256(t.encode()).hexdigest()} for t, p in TOKENS.items()]
-        )
-    )
-    return {"acl_file": write_acl(folder / "acl.json", acl), "tokens_file": tokens}
-
-
-def auth(token: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {token}"),)
-
-
-ADMIN, ALICE, EVE = auth("admin"), auth("alice"), auth("eve")
 
 
 def join(group: str, topics: list[str] | None = None, regex: str | None = None) -> Any:
@@ -403,7 +355,7 @@ async def test_bad_access_files_stop_the_start(start_service: ServiceFactory, tm
 
 async def test_the_client_certificate_names_the_principal(
     start_service: ServiceFactory,
-    pki: Pki,  # noqa: F811 (the fixture imported from test_tls)
+    pki: Pki,
     tmp_path: Path,
 ) -> None:
     acl = write_acl(tmp_path / "acl.json", [grant("User:alice", "member", "group", "team-", "prefixed")])
@@ -424,7 +376,7 @@ async def test_the_client_certificate_names_the_principal(
 @pytest.mark.parametrize("trusted", [True, False], ids=["replica-trusted", "replica-not-trusted"])
 async def test_a_forwarded_call_keeps_its_principal(
     start_service: ServiceFactory,
-    pki: Pki,  # noqa: F811 (the fixture imported from test_tls)
+    pki: Pki,
     tmp_path: Path,
     trusted: bool,
 ) -> None:

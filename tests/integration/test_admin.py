@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from regroup.v1 import admin_pb2, common_pb2
-from tests.integration.conftest import Service
+from tests.support.service import Service
 from tests.support.wire import WireMember, converge
-
-pytestmark = pytest.mark.integration
 
 
 async def test_topics_are_created_described_grown_and_deleted(service: Service) -> None:

@@ -6,14 +6,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
-
 from regroup.client import GroupAdmin, SyncGroupAdmin
 from regroup.v1 import admin_pb2, common_pb2
-from tests.integration.conftest import Service, ServiceFactory
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import Stubs, WireMember
-
-pytestmark = pytest.mark.integration
 
 #: The smallest limit a test server runs with; every response must stay under it.
 SMALL_LIMIT = 4 * 1024

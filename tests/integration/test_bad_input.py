@@ -11,12 +11,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
 
 # The heartbeat tests also run with heartbeats through a MemberStream (heartbeat_transports,
 # conftest.py): the same refusals, codes and messages. The admin tests run once.
-pytestmark = pytest.mark.integration
 
 Request = coordinator_pb2.ConsumerGroupHeartbeatRequest
 

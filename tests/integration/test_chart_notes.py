@@ -16,11 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import ServiceFactory
 from tests.support.certs import CertificateAuthority
 from tests.support.chart import helm_binary, render_notes
-
-pytestmark = pytest.mark.integration
+from tests.support.service import ServiceFactory
 
 SERVICE_ADDRESS = "rg-regroup.default.svc:50051"
 VENV_BIN = Path(sys.executable).parent

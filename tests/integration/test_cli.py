@@ -18,11 +18,9 @@ import re
 import signal
 import socket
 import struct
-import sys
 import termios
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,50 +28,12 @@ import grpc
 
 from regroup.client import ConnectWorker, GroupAdmin, GroupMember, WorkerListener
 from regroup.v1 import coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
-from tests.integration.test_replicas import FAST, owned_by, spread
 from tests.support import child
 from tests.support.certs import CertificateAuthority
+from tests.support.cli import CLI, address, regroup
+from tests.support.replicas import FAST, owned_by, spread
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
-
-CLI = (sys.executable, "-m", "regroup.cli")
-
-
-@dataclass
-class Run:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-    def __str__(self) -> str:
-        return f"exit {self.code}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
-
-
-def address(service: Service) -> str:
-    return f"127.0.0.1:{service.server.port}"
-
-
-async def regroup(target: Service | str, *args: str, timeout: float = 60, **env_vars: str) -> Run:
-    """`regroup ARGS...` with REGROUP_ADDRESS pointing at the server (or the address given)."""
-    env = {
-        **os.environ,
-        "REGROUP_ADDRESS": target if isinstance(target, str) else address(target),
-        **env_vars,
-    }
-    process = await asyncio.create_subprocess_exec(
-        *CLI, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode is not None
-    return Run(process.returncode, out.decode(), err.decode())
 
 
 async def commit(service: Service, member: WireMember, offsets: dict[int, int]) -> None:

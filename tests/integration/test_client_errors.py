@@ -21,9 +21,7 @@ from regroup.client import (
     Unavailable,
 )
 from regroup.v1 import common_pb2
-from tests.integration.conftest import Service
-
-pytestmark = pytest.mark.integration
+from tests.support.service import Service
 
 #: Small backoffs: the tests wait for them, and nothing else.
 QUICK = {"retry_backoff_ms": 20, "retry_backoff_max_ms": 100}

@@ -34,8 +34,6 @@ from regroup.client import (
 from regroup.client.types import partitions_to_pb
 from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2, coordinator_pb2, coordinator_pb2_grpc
 
-pytestmark = pytest.mark.integration
-
 GROUP = "g"
 PARTITIONS = frozenset(TopicPartition("t", p, "tid") for p in range(4))
 CONNECT = frozenset({"c1", "c2"})

@@ -14,10 +14,8 @@ import pytest
 
 from regroup.client import GroupAdmin, GroupMember, MemberOptions, RegroupError, TopicPartition
 from regroup.v1 import common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
-
-pytestmark = pytest.mark.integration
+from tests.support.service import Service, ServiceFactory
 
 FAST = {"heartbeat_interval_ms": 100, "session_timeout_ms": 1500}
 

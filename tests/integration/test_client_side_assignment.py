@@ -5,87 +5,20 @@ invalid installation refused and nothing changed."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
 from regroup.server.clock import ManualClock
 from regroup.v1 import common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
+from tests.support.client_side import COMPUTE, ClientSideMember, _setup, assignors
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import Request, WireMember, owned_pb
 
 # Every test runs with heartbeats through the unary RPCs and again through a MemberStream
 # (tests/integration/conftest.py): COMPUTE_ASSIGNMENT and the rest answered alike.
-pytestmark = [pytest.mark.integration, pytest.mark.heartbeat_transports]
+pytestmark = pytest.mark.heartbeat_transports
 
-COMPUTE = common_pb2.COMPUTE_ASSIGNMENT
 INVALID = common_pb2.INVALID_ASSIGNMENT
-
-
-def assignors(*entries: tuple[str, int, int]) -> common_pb2.ClientAssignorList:
-    return common_pb2.ClientAssignorList(
-        assignors=[
-            common_pb2.ClientAssignor(name=n, minimum_version=lo, maximum_version=hi, version=lo)
-            for n, lo, hi in entries
-        ]
-    )
-
-
-class ClientSideMember(WireMember):
-    """A WireMember that advertises client assignors and remembers COMPUTE_ASSIGNMENT."""
-
-    def __init__(self, stubs: Any, group: str, member_id: str, topics: list[str], *entries: Any) -> None:
-        super().__init__(stubs.coordinator, group, member_id, topics, rebalance_timeout_ms=500)
-        self.entries = entries or (("x", 0, 1),)
-        self.compute = False
-
-    def join_request(self) -> Request:
-        req = super().join_request()
-        req.client_assignors.CopyFrom(assignors(*self.entries))
-        return req
-
-    def handle(self, resp: Any) -> Any:
-        self.compute = resp.error_code == COMPUTE
-        if self.compute:
-            resp.error_code = common_pb2.NONE  # the rest of the response is valid as usual
-        return super().handle(resp)
-
-    async def prepare(self) -> coordinator_pb2.PrepareAssignmentResponse:
-        return await self.stub.PrepareAssignment(
-            coordinator_pb2.PrepareAssignmentRequest(
-                group_id=self.group_id, member_id=self.member_id, member_epoch=self.epoch
-            )
-        )
-
-    async def install(
-        self, group_epoch: int, plan: dict[str, dict[str, list[int]]], **extra: Any
-    ) -> coordinator_pb2.InstallAssignmentResponse:
-        members = [
-            coordinator_pb2.InstalledMemberAssignment(
-                member_id=m,
-                topic_partitions=[common_pb2.TopicPartitions(topic_id=t, partitions=p) for t, p in a.items()],
-            )
-            for m, a in plan.items()
-        ]
-        return await self.stub.InstallAssignment(
-            coordinator_pb2.InstallAssignmentRequest(
-                group_id=self.group_id,
-                member_id=self.member_id,
-                member_epoch=self.epoch,
-                group_epoch=group_epoch,
-                members=members,
-                **extra,
-            )
-        )
-
-
-async def _setup(service: Service, *specs: tuple[str, tuple[Any, ...]]) -> tuple[str, list[ClientSideMember]]:
-    topic = await service.stubs.create_topic("orders", 4)
-    members = [ClientSideMember(service.stubs, "g", mid, ["orders"], *entries) for mid, entries in specs]
-    for m in members:
-        resp = await m.heartbeat()
-        assert resp.error_code == common_pb2.NONE, resp.error_message
-    return topic, members
 
 
 async def test_the_member_covering_every_version_range_computes(service: Service) -> None:

@@ -13,10 +13,8 @@ import pytest
 from regroup.client import ConnectorTaskId, ConnectWorker, GroupAdmin, GroupMember, MemberOptions
 from regroup.client.assignors import IncrementalCooperativeAssignor, UniformAssignor
 from regroup.client.assignors.base import AssignmentPlan, GroupSnapshot
-from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
-
-pytestmark = pytest.mark.integration
+from tests.support.service import Service, ServiceFactory
 
 DELAY_MS = 2_000
 FAST = {"heartbeat_interval_ms": 100, "session_timeout_ms": 1000}

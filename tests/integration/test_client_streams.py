@@ -15,10 +15,8 @@ import pytest
 from regroup.client import GroupMember, MemberOptions, SyncGroupMember, streaming
 from regroup.server.streams import StreamClosed
 from regroup.v1 import coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
-
-pytestmark = pytest.mark.integration
+from tests.support.service import Service, ServiceFactory
 
 #: A heartbeat interval no rebalance here may wait for: only nudges make it fast.
 SLOW = {"heartbeat_interval_ms": 20_000, "session_timeout_ms": 45_000}

@@ -10,10 +10,8 @@ import pytest
 
 from regroup.client import RegroupError, SyncGroupAdmin, SyncGroupMember, TopicPartition
 from regroup.v1 import common_pb2
-from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
-
-pytestmark = pytest.mark.integration
+from tests.support.service import Service, ServiceFactory
 
 
 @pytest.fixture

@@ -26,9 +26,7 @@ from regroup.client import (
     Unavailable,
 )
 from regroup.v1 import common_pb2
-from tests.integration.conftest import Service, ServiceFactory
-
-pytestmark = pytest.mark.integration
+from tests.support.service import Service, ServiceFactory
 
 FAST = {"heartbeat_interval_ms": 100, "session_timeout_ms": 1500}
 

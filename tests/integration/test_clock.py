@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from regroup.client import GroupAdmin
 from regroup.server.clock import MANUAL_WALL_START_MS, ManualClock
 from regroup.v1 import coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
-from tests.integration.test_client_side_assignment import _setup
+from tests.support.client_side import _setup
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
-
-pytestmark = pytest.mark.integration
 
 
 async def fetched(

@@ -17,12 +17,9 @@ import urllib.request
 from pathlib import Path
 
 import grpc
-import pytest
 
 from regroup.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.support.doc_blocks import ROOT, parse
-
-pytestmark = pytest.mark.integration
 
 GROUP = "demo"
 

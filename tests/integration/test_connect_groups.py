@@ -12,13 +12,12 @@ import pytest
 
 from regroup.client import ConnectorTaskId, ConnectWorker, GroupAdmin, MemberOptions, RegroupError
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
 from tests.support.ownership import OwnershipRegistry
+from tests.support.service import Service, ServiceFactory
 
 # The tests that send ConnectGroupHeartbeat on service.stubs.coordinator also run with it
 # going through a MemberStream (heartbeat_transports, conftest.py); the others drive workers
 # of the client library, which opens its own stream, so a second run would add nothing.
-pytestmark = pytest.mark.integration
 
 FAST = {"heartbeat_interval_ms": 100, "session_timeout_ms": 1500}
 CONNECTORS = {"A": 2, "B": 1}  # AC0, AT1, AT2, BC0, BT1 in the seed's notation

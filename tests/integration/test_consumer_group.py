@@ -10,18 +10,12 @@ import pytest
 
 from regroup.server.clock import ManualClock
 from regroup.v1 import admin_pb2, common_pb2
-from tests.integration.conftest import Service, ServiceFactory
+from tests.support.service import Service, ServiceFactory, _xmax
 from tests.support.wire import WireMember, assert_disjoint, converge, owned_pb
 
 # Every test runs with heartbeats through the unary RPCs and again through a MemberStream
 # (tests/integration/conftest.py): the stream's answers must be the RPC's.
-pytestmark = [pytest.mark.integration, pytest.mark.heartbeat_transports]
-
-
-async def _xmax(service: Service) -> int:
-    """The next transaction id Postgres will hand out: it moves only when something writes."""
-    rows = await service.coordinator.store.fetch("SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS x")
-    return int(rows[0]["x"])
+pytestmark = pytest.mark.heartbeat_transports
 
 
 async def test_members_join_and_converge_to_a_balanced_assignment(service: Service) -> None:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from regroup.v1 import admin_pb2, common_pb2
-from tests.integration.conftest import Service, ServiceFactory
-from tests.integration.test_replicas import owned_by, replicas
+from tests.support.replicas import owned_by, replicas
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import Stubs, WireMember, converge
-
-pytestmark = pytest.mark.integration
 
 GROUP = "g1"
 

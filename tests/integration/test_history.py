@@ -17,8 +17,8 @@ import pytest
 from regroup.client import GroupAdmin, RegroupError, SyncGroupAdmin
 from regroup.server.clock import ManualClock
 from regroup.v1 import admin_pb2, common_pb2
-from tests.integration.conftest import Service, ServiceFactory
-from tests.integration.test_client_side_assignment import ClientSideMember
+from tests.support.client_side import ClientSideMember
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import Stubs, WireMember, converge
 
 T = admin_pb2.GroupEventType

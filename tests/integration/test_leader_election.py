@@ -15,10 +15,8 @@ import pytest
 from regroup.client import CommitFailed, LeaderElection, MemberOptions, SyncLeaderElection, TopicPartition
 from regroup.client.leader import LEADERSHIP_TOPIC_ID
 from regroup.v1 import admin_pb2, common_pb2
-from tests.integration.conftest import Service, ServiceFactory
-from tests.integration.test_cli import regroup
-
-pytestmark = pytest.mark.integration
+from tests.support.cli import regroup
+from tests.support.service import Service, ServiceFactory
 
 INTERVAL_MS = 100
 SESSION_MS = 1500

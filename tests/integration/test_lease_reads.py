@@ -10,14 +10,10 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-import pytest
-
 from regroup.server.clock import ManualClock
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
-
-pytestmark = pytest.mark.integration
 
 LEASE_MS = 10_000
 NOT_AVAILABLE = common_pb2.COORDINATOR_NOT_AVAILABLE

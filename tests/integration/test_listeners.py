@@ -14,9 +14,7 @@ from regroup.server.app import RegroupServer
 from regroup.server.config import Settings
 from regroup.server.listeners import ListenError
 from regroup.v1 import admin_pb2
-from tests.integration.conftest import ServiceFactory
-
-pytestmark = pytest.mark.integration
+from tests.support.service import ServiceFactory
 
 
 @pytest.fixture

@@ -20,14 +20,11 @@ import pytest
 
 from regroup.server.clock import ManualClock
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
-from tests.integration.test_access import ADMIN, ALICE, EVE, auth, files
-from tests.integration.test_client_side_assignment import ClientSideMember
-from tests.integration.test_consumer_group import _xmax
+from tests.support.access import ADMIN, ALICE, EVE, auth, files
+from tests.support.client_side import ClientSideMember
+from tests.support.service import Service, ServiceFactory, _xmax
 from tests.support.streams import MemberStreamClient, StreamCoordinatorStub, item, unwrap
 from tests.support.wire import Request, Response, Stubs, WireMember, assert_disjoint, converge
-
-pytestmark = pytest.mark.integration
 
 Nudge = coordinator_pb2.Nudge
 TARGET_CHANGED = coordinator_pb2.NUDGE_REASON_TARGET_CHANGED

@@ -8,15 +8,12 @@ import math
 import urllib.request
 from collections.abc import Mapping
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from regroup.v1 import common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
 from tests.support.monitoring import alert_rules, dashboard_queries, metric_names
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
-
-pytestmark = pytest.mark.integration
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

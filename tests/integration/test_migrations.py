@@ -23,8 +23,6 @@ from regroup.server.migrate import MigrationError, discover, migrate
 from regroup.server.webview import STATIC_FILES
 from tests.support.pg import EmbeddedPostgres
 
-pytestmark = pytest.mark.integration
-
 ROOT = Path(__file__).resolve().parents[2]
 #: The source of truth: the SQL files of the checkout, in order.
 CHECKOUT_MIGRATIONS = sorted(p.name for p in (ROOT / "migrations").glob("*.sql"))

@@ -7,22 +7,8 @@ import pytest
 from regroup.client import CommitFailed, GroupAdmin, GroupMember, RegroupError, TopicPartition
 from regroup.server.clock import ManualClock
 from regroup.v1 import common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
-from tests.support.wire import WireMember, converge
-
-pytestmark = pytest.mark.integration
-
-
-def commit_request(member: WireMember, topic_id: str, partitions: dict[int, int], **fields: object) -> object:
-    request = coordinator_pb2.OffsetCommitRequest(
-        group_id=member.group_id, member_id=member.member_id, member_epoch=member.epoch
-    )
-    for key, value in fields.items():
-        setattr(request, key, value)
-    request.topics.add(topic_id=topic_id).partitions.extend(
-        coordinator_pb2.OffsetCommitRequest.Partition(partition=p, offset=o) for p, o in partitions.items()
-    )
-    return request
+from tests.support.service import Service, ServiceFactory
+from tests.support.wire import WireMember, commit_request, converge
 
 
 async def test_commit_fencing_cases(service: Service) -> None:

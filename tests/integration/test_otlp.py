@@ -12,10 +12,8 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from tests.integration.conftest import ServiceFactory
+from tests.support.service import ServiceFactory
 from tests.support.wire import WireMember, converge
-
-pytestmark = pytest.mark.integration
 
 
 class Collector(metrics_service_pb2_grpc.MetricsServiceServicer, trace_service_pb2_grpc.TraceServiceServicer):

@@ -9,9 +9,7 @@ import pytest
 
 from regroup.client import CommitFailed, GroupMember, RegroupError
 from regroup.v1 import admin_pb2, common_pb2
-from tests.integration.conftest import ServiceFactory
-
-pytestmark = pytest.mark.integration
+from tests.support.service import ServiceFactory
 
 FAST = {"heartbeat_interval_ms": 100, "session_timeout_ms": 3000}
 

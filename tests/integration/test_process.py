@@ -23,8 +23,6 @@ from regroup.server.main import main
 from regroup.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from tests.support.wire import Stubs, WireMember
 
-pytestmark = pytest.mark.integration
-
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -14,9 +14,7 @@ import pytest
 
 from regroup.client import SyncGroupAdmin, SyncGroupMember, TopicPartition
 from regroup.client.processing import Batch, PartitionProcessor
-from tests.integration.conftest import Service, ServiceFactory
-
-pytestmark = pytest.mark.integration
+from tests.support.service import Service, ServiceFactory
 
 PARTITIONS = 4
 ROWS = 300

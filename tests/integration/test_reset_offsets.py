@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
-from tests.integration.conftest import Service
-from tests.integration.test_offsets import commit_request
-from tests.support.wire import Stubs, WireMember, converge
-
-pytestmark = pytest.mark.integration
+from tests.support.service import Service
+from tests.support.wire import Stubs, WireMember, commit_request, converge
 
 GROUP = "g"
 Topic = admin_pb2.ResetOffsetsRequest.Topic

@@ -18,8 +18,6 @@ from regroup.reconciler.records import (
 from regroup.server.store import HELD_CONNECTIONS, NotOwner, PostgresStore, StoreUnavailable
 from tests.support.leases import hold_all
 
-pytestmark = pytest.mark.integration
-
 MEMBER = MemberMetadataRecord("m", MemberMetadata(subscribed_topic_names=("t",), rebalance_timeout_ms=1000))
 
 

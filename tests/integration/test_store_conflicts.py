@@ -4,13 +4,9 @@ retry forever), and the coordinator learns what the store holds."""
 
 from __future__ import annotations
 
-import pytest
-
 from regroup.v1 import admin_pb2, common_pb2
-from tests.integration.conftest import Service
+from tests.support.service import Service
 from tests.support.wire import WireMember, converge
-
-pytestmark = pytest.mark.integration
 
 
 async def test_a_topic_another_writer_created_answers_topic_already_exists(service: Service) -> None:

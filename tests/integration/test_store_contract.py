@@ -43,8 +43,6 @@ from regroup.server.store import Fence, GroupStore, NotOwner, PostgresStore, Sto
 from tests.support.leases import hold_all
 from tests.support.pg import EmbeddedPostgres
 
-pytestmark = pytest.mark.integration
-
 #: A new store (a replica) on the test's one database.
 NewStore = Callable[[str], Awaitable[Any]]
 

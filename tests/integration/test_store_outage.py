@@ -22,13 +22,11 @@ from regroup.server.clock import ManualClock
 from regroup.server.store import PostgresStore, StoreUnavailable
 from regroup.server.writepath import STORE_UNREACHABLE
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
-from tests.integration.conftest import Service, ServiceFactory
 from tests.support.leases import hold_all
 from tests.support.ownership import OwnershipRegistry
 from tests.support.pg import StoppablePostgres
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import WireMember, assert_disjoint, converge
-
-pytestmark = pytest.mark.integration
 
 SESSION_MS = 3_000
 INTERVAL_MS = 1_000

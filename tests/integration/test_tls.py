@@ -11,7 +11,6 @@ import os
 import socket
 import ssl
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,51 +30,13 @@ from regroup.client import (
 from regroup.server.accept import SUPPORTED
 from regroup.server.config import ConfigError
 from regroup.v1 import admin_pb2, common_pb2, coordinator_pb2
-from tests.integration.conftest import ServiceFactory
-from tests.integration.test_replicas import FAST, owned_by, spread
-from tests.support.certs import CertificateAuthority, Issued, serial_of_der
+from tests.support.certs import CertificateAuthority, Pki, serial_of_der
+from tests.support.replicas import FAST, owned_by, spread
+from tests.support.service import ServiceFactory
 from tests.support.wire import Stubs, WireMember, converge
-
-pytestmark = pytest.mark.integration
 
 #: A client that gives up soon (a refused handshake is retried as any unreachable address).
 QUICK = {"timeout": 0.3, "retry_backoff_ms": 20, "retry_backoff_max_ms": 50}
-
-
-@dataclass
-class Pki:
-    """A CA, the server's certificate files signed by it, and a client CA for mTLS."""
-
-    folder: Path
-    ca: CertificateAuthority
-    server: Issued
-    cert: Path
-    key: Path
-    ca_file: Path
-    clients: CertificateAuthority
-    clients_file: Path
-
-    def settings(self, *, mutual: bool = False) -> dict[str, Any]:
-        settings: dict[str, Any] = {"tls_cert": self.cert, "tls_key": self.key}
-        if mutual:
-            settings["tls_client_ca"] = self.clients_file
-        return settings
-
-    def credentials(self, client: Issued | None = None) -> grpc.ChannelCredentials:
-        if client is None:
-            return grpc.ssl_channel_credentials(self.ca.cert)
-        return grpc.ssl_channel_credentials(self.ca.cert, client.key, client.cert)
-
-
-@pytest.fixture
-def pki(tmp_path: Path) -> Pki:
-    ca, clients = CertificateAuthority("servers"), CertificateAuthority("clients")
-    # Valid for client authentication too: a replica forwards calls with it under mTLS.
-    server = ca.server("replica", client=True)
-    cert, key = server.write(tmp_path, "server")
-    return Pki(
-        tmp_path, ca, server, cert, key, ca.write(tmp_path), clients, clients.write(tmp_path, "clients")
-    )
 
 
 def address(service: Any) -> str:

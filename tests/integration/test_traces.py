@@ -17,11 +17,9 @@ from opentelemetry.trace import SpanKind
 from regroup.client import GroupMember
 from regroup.server.telemetry import tracing_wanted
 from regroup.v1 import common_pb2, coordinator_pb2
-from tests.integration.conftest import ServiceFactory
+from tests.support.service import ServiceFactory
 from tests.support.spans import client_spans, global_provider
 from tests.support.streams import MemberStreamClient
-
-pytestmark = pytest.mark.integration
 
 HEARTBEAT = "regroup.v1.GroupCoordinator/ConsumerGroupHeartbeat"
 

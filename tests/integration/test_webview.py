@@ -22,11 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from regroup.client import ConnectWorker, GroupAdmin, GroupMember, RebalanceListener, TopicPartition
 from regroup.v1 import admin_pb2
-from tests.integration.conftest import Service, ServiceFactory
-from tests.integration.test_replicas import FAST, owned_by, spread
+from tests.support.replicas import FAST, owned_by, spread
+from tests.support.service import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
-
-pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -179,3 +179,17 @@ def beat(
         owned_topic_partitions=None if owned_now is None else owned(owned_now),
         **kwargs,
     )
+
+
+def joined(
+    member_racks: list[str | None],
+    partition_racks: tuple[str, ...],
+    assignor: str = "uniform",
+    replicas: int = 1,
+) -> tuple[Group, TopicsImage]:
+    """A group of members (racks as given) on a topic of 4 partitions (racks as given)."""
+    h = EngineHarness()
+    h.image = h.image.with_topic(Topic("docs-id", "docs", 4, partition_racks))
+    for i, rack in enumerate(member_racks):
+        h.heartbeat(join("g", f"m{i}", ["docs"], server_assignor=assignor, rack_id=rack, replicas=replicas))
+    return h.groups["g"], h.image

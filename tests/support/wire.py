@@ -152,3 +152,15 @@ def assert_disjoint(members: list[WireMember]) -> None:
         for tp in member.partitions():
             assert tp not in seen, f"{tp} owned by {seen[tp]} and {member.member_id}"
             seen[tp] = member.member_id
+
+
+def commit_request(member: WireMember, topic_id: str, partitions: dict[int, int], **fields: object) -> object:
+    request = coordinator_pb2.OffsetCommitRequest(
+        group_id=member.group_id, member_id=member.member_id, member_epoch=member.epoch
+    )
+    for key, value in fields.items():
+        setattr(request, key, value)
+    request.topics.add(topic_id=topic_id).partitions.extend(
+        coordinator_pb2.OffsetCommitRequest.Partition(partition=p, offset=o) for p, o in partitions.items()
+    )
+    return request

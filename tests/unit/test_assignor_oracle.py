@@ -74,6 +74,7 @@ from regroup.reconciler.target_assignment import compute_pending_assignment
 from regroup.reconciler.topics import Topic, TopicsImage
 from regroup.server.mapping import install_from_pb, prepare_to_pb
 from regroup.v1 import coordinator_pb2
+from tests.support.depth import examples
 
 GROUP_ID = "g"
 #: The group epoch moved ahead of the target's: a new target is due.
@@ -459,7 +460,7 @@ def _mix(case: Case) -> str:
 
 
 @settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     database=_DATABASE,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

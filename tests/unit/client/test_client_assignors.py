@@ -28,6 +28,7 @@ from regroup.client.assignors import (
 )
 from regroup.client.assignors.base import Resource
 from regroup.client.types import ConnectorTaskId, TopicPartition
+from tests.support.depth import examples
 
 DELAY = 300_000
 
@@ -392,7 +393,7 @@ def _locally_optimal(group: GroupSnapshot, plan: AssignmentPlan) -> bool:
     )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(consumer_groups())
 def test_uniform_property_valid_balanced_sticky(group: GroupSnapshot) -> None:
     plan = UniformAssignor().assign(group)
@@ -580,7 +581,7 @@ def _most_local(group: GroupSnapshot) -> int:
     return best
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(racked_groups())
 def test_uniform_property_racks_and_weights(group: GroupSnapshot) -> None:
     """Homogeneous groups: valid, each member within one partition of its exact
@@ -845,7 +846,7 @@ def ica_histories(draw: st.DrawFn) -> list[tuple[dict[str, int], list[str], int]
     return steps
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ica_histories(), st.integers(0, 3))
 def test_ica_property_valid_balanced_holds(
     steps: list[tuple[dict[str, int], list[str], int]], bounce_seed: int

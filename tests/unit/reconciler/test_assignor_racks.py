@@ -38,6 +38,7 @@ from regroup.reconciler.assignors.uniform import _fresh
 from regroup.reconciler.assignors.uniform_quota import assign_by_quota
 from regroup.reconciler.model import Assignment, make_assignment
 from regroup.reconciler.rack_locality import RackLocality, rack_locality
+from tests.support.depth import examples
 
 UNIFORM = UniformAssignor()
 RANGE = RangeAssignor()
@@ -199,7 +200,7 @@ def check_uniform(spec: GroupSpec) -> dict[str, Assignment]:
     return result
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(spec=uniform_specs(weighted=False))
 def test_uniform_with_racks_is_balanced_and_as_local_as_balance_allows(spec: GroupSpec) -> None:
     result = check_uniform(spec)
@@ -222,7 +223,7 @@ def test_uniform_with_racks_is_balanced_and_as_local_as_balance_allows(spec: Gro
     )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(spec=uniform_specs(weighted=True, max_total=6, max_members=3))
 def test_uniform_weighted_is_within_one_of_each_share_and_as_local_as_that_allows(spec: GroupSpec) -> None:
     result = check_uniform(spec)
@@ -231,7 +232,7 @@ def test_uniform_weighted_is_within_one_of_each_share_and_as_local_as_that_allow
     assert rack_locality(spec, result).best_achievable == best
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(spec=uniform_specs(weighted=True, max_total=7, max_members=4), weighted=st.booleans())
 def test_uniform_from_nothing_is_within_each_share_and_as_local_as_that_allows(
     spec: GroupSpec, weighted: bool
@@ -246,7 +247,7 @@ def test_uniform_from_nothing_is_within_each_share_and_as_local_as_that_allows(
     assert local_pairs(fresh, result) == brute_best(fresh)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(spec=uniform_specs(weighted=True, max_total=6, max_members=3), pick=st.integers(0, 10**6))
 def test_uniform_returns_any_balanced_and_most_local_assignment_unchanged(spec: GroupSpec, pick: int) -> None:
     universe, choices = proportional_choices(spec)
@@ -257,7 +258,7 @@ def test_uniform_returns_any_balanced_and_most_local_assignment_unchanged(spec: 
     assert dict(result) == chosen
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(spec=uniform_specs(weighted=True, max_total=7, max_members=4))
 def test_uniform_keeps_current_partitions_up_to_each_quota_without_racks(spec: GroupSpec) -> None:
     """Without racks, stickiness is the next priority after balance: a member
@@ -348,7 +349,7 @@ def test_member_racks_without_topic_racks_run_the_rack_blind_code() -> None:
 # -- uniform, heterogeneous: racks and capacities ignored ----------------------
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(data=st.data())
 def test_uniform_heterogeneous_ignores_racks_and_capacities(data: st.DataObject) -> None:
     spec = data.draw(uniform_specs(weighted=True))
@@ -433,7 +434,7 @@ def brute_range_best(spec: GroupSpec, subscribers: Sequence[str], size: int, top
     return best
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(spec=range_specs())
 def test_range_with_racks_co_partitions_balances_and_is_as_local_as_balance_allows(spec: GroupSpec) -> None:
     result = RANGE.assign(spec)
@@ -471,7 +472,7 @@ def test_range_with_racks_co_partitions_balances_and_is_as_local_as_balance_allo
     )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(spec=range_specs())
 def test_range_classes_without_racks_split_as_without_racks(spec: GroupSpec) -> None:
     no_racks = dataclasses.replace(
@@ -505,7 +506,7 @@ def test_rack_locality_has_no_best_for_range_classes_with_different_layouts() ->
     assert rack_locality(spec, result, "some-client-assignor").best_achievable is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     held=st.dictionaries(
         st.sampled_from([f"t{i:02}" for i in range(20)]),
@@ -540,7 +541,7 @@ def test_first_in_order_keeps_the_first_k_partitions_in_the_global_order(
         assert sorted((t, p) for t, ps in left_out for p in ps) == pairs[k:]
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(data=st.data(), n=st.integers(1, 40))
 def test_choosing_extras_when_few_go_without_equals_the_walk(data: st.DataObject, n: int) -> None:
     """`choose_extras` with members in id order (a range) may find the few
@@ -560,7 +561,7 @@ def test_choosing_extras_when_few_go_without_equals_the_walk(data: st.DataObject
     assert sum(walked) == extra and not any(c and not k for c, k in zip(walked, candidates, strict=True))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     rooms=st.lists(st.sampled_from([0, 0, 1, 2, 2, 3, 5]) | st.integers(0, 40), max_size=30),
     data=st.data(),
@@ -576,7 +577,7 @@ def test_a_racks_takers_are_its_members_with_room_most_first_then_in_member_orde
     assert uniform_quota._with_room(members, rooms) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data(), n=st.integers(1, 40))
 def test_choosing_extras_from_the_callers_filing_by_rack_equals_the_walk(data: st.DataObject, n: int) -> None:
     """Given each rack's members as the caller filed them (members in id
@@ -596,7 +597,7 @@ def test_choosing_extras_from_the_callers_filing_by_rack_equals_the_walk(data: s
     assert choose_extras(extra, range(n), candidates, counts, floors, racks, gains, groups) == walked
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     steps=st.lists(
         st.tuples(rack_topics(max_total=8), st.lists(st.sampled_from(["a", "b", "d", None]), min_size=1)),
@@ -621,7 +622,7 @@ def test_the_rack_index_is_reused_only_for_the_same_topics_layouts_and_member_ra
         assert uniform_quota._local_index(spec, list(topic_ids), list(racks)) is index
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(spec=uniform_specs(weighted=True, max_total=24, max_members=9), weighted=st.booleans())
 def test_every_handout_gets_its_takers_most_room_first(spec: GroupSpec, weighted: bool) -> None:
     """_hand_out and _hand_out_runs tell equal room along a run of takers from

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from regroup.reconciler.assignors.blocks import cut_runs
 from regroup.reconciler.model import Assignment
+from tests.support.depth import examples
 
 
 def _plain(
@@ -33,7 +34,7 @@ def _plain(
     return out, at
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     shapes=st.lists(
         st.sampled_from([(0, 3, 6, 9), (1, 4, 7), (2, 5), (0,), (0, 1, 2, 3, 4, 5, 6)]), max_size=4

@@ -22,8 +22,9 @@ from regroup.reconciler.history import (
 )
 from regroup.reconciler.membership import delete_group, refresh_metadata
 from regroup.reconciler.model import LEAVE_GROUP_STATIC_MEMBER_EPOCH, GroupState, MemberState
+from tests.support.depth import examples
 from tests.support.engine import EngineHarness, beat, join
-from tests.unit.reconciler.test_properties import GROUP, GroupMachine, _Harness
+from tests.support.group_machine import GROUP, GroupMachine, _Harness
 
 G = "g"
 
@@ -283,5 +284,5 @@ class HistoryMachine(GroupMachine):
 
 
 assert GROUP
-HistoryMachine.TestCase.settings = settings(GroupMachine.TestCase.settings, max_examples=150)
+HistoryMachine.TestCase.settings = settings(GroupMachine.TestCase.settings, max_examples=examples(150))
 TestHistoryMachine = HistoryMachine.TestCase

@@ -35,6 +35,7 @@ from regroup.reconciler.drain import drain_member
 from regroup.reconciler.model import EMPTY_ASSIGNMENT, Assignment
 from regroup.reconciler.target_assignment import group_spec
 from regroup.reconciler.topics import LEADERSHIP_TOPIC_ID, LEADERSHIP_TOPIC_NAME, TopicsImage
+from tests.support.depth import examples, steps
 from tests.support.engine import EngineHarness, beat, owned
 
 GROUP = "lg"
@@ -371,8 +372,8 @@ class LeaderMachine(RuleBasedStateMachine):
 
 
 LeaderMachine.TestCase.settings = settings(
-    max_examples=80,
-    stateful_step_count=50,
+    max_examples=examples(80),
+    stateful_step_count=steps(50),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

@@ -21,8 +21,9 @@ from regroup.reconciler.model import Computation, Member, MemberState, union
 from regroup.reconciler.nudges import NudgeReason, nudge_reason
 from regroup.reconciler.records import CurrentAssignmentRecord
 from regroup.reconciler.target_assignment import assignment_due, on_assignment_timer
+from tests.support.depth import examples
 from tests.support.engine import EngineHarness, beat, join, owned
-from tests.unit.reconciler.test_properties import GROUP, GroupMachine, _norm
+from tests.support.group_machine import GROUP, GroupMachine, _norm
 
 
 def _two_members() -> tuple[EngineHarness, str]:
@@ -206,5 +207,5 @@ class NudgeRuleMachine(GroupMachine):
 
 # GroupMachine's settings with fewer examples: about 11 s on a 2-core machine (a soak of 3,000 x 80
 # steps, about 3 minutes, found nothing).
-NudgeRuleMachine.TestCase.settings = settings(GroupMachine.TestCase.settings, max_examples=200)
+NudgeRuleMachine.TestCase.settings = settings(GroupMachine.TestCase.settings, max_examples=examples(200))
 TestNudgeRuleMachine = NudgeRuleMachine.TestCase

@@ -13,7 +13,8 @@ from hypothesis import event, settings
 from regroup.reconciler import GroupConfig
 from regroup.reconciler.records import Record
 from regroup.reconciler.target_assignment import install_computed_target, pending_assignment
-from tests.unit.reconciler.test_properties import GROUP, Client, GroupMachine, _Harness
+from tests.support.depth import examples
+from tests.support.group_machine import GROUP, Client, GroupMachine, _Harness
 
 
 @dataclass
@@ -56,5 +57,5 @@ class OffloadedGroupMachine(GroupMachine):
 
 
 # The plain machine's settings, with fewer examples (about 10 s on a 2-core machine).
-OffloadedGroupMachine.TestCase.settings = settings(GroupMachine.TestCase.settings, max_examples=200)
+OffloadedGroupMachine.TestCase.settings = settings(GroupMachine.TestCase.settings, max_examples=examples(200))
 TestOffloadedGroupMachine = OffloadedGroupMachine.TestCase

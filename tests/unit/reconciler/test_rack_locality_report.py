@@ -6,24 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from regroup.reconciler import Group, Topic, TopicsImage
 from regroup.reconciler.placement import target_rack_locality
 from regroup.reconciler.rack_locality import RackLocality
-from tests.support.engine import EngineHarness, join
-
-
-def joined(
-    member_racks: list[str | None],
-    partition_racks: tuple[str, ...],
-    assignor: str = "uniform",
-    replicas: int = 1,
-) -> tuple[Group, TopicsImage]:
-    """A group of members (racks as given) on a topic of 4 partitions (racks as given)."""
-    h = EngineHarness()
-    h.image = h.image.with_topic(Topic("docs-id", "docs", 4, partition_racks))
-    for i, rack in enumerate(member_racks):
-        h.heartbeat(join("g", f"m{i}", ["docs"], server_assignor=assignor, rack_id=rack, replicas=replicas))
-    return h.groups["g"], h.image
+from tests.support.engine import joined
 
 
 @pytest.mark.parametrize("assignor", ["uniform", "range"])

@@ -24,6 +24,7 @@ from regroup.reconciler.offsets import (
 )
 from regroup.reconciler.replicas import collapse, split, subscribed_with_copies, with_copies
 from regroup.reconciler.topics import Topic
+from tests.support.depth import examples
 from tests.support.engine import EngineHarness, beat, join
 
 G = "g"
@@ -197,7 +198,7 @@ def _again(spec: GroupSpec, targets: Mapping[str, Assignment]) -> GroupSpec:
     return GroupSpec(members, spec.topics, replicas=spec.replicas)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(redundant_specs())
 def test_redundant_assignor_fills_every_slot_once_with_distinct_members_and_is_sticky(
     case: tuple[GroupSpec, int],

@@ -23,6 +23,7 @@ from regroup.reconciler.assignors.redundant import assign_redundant
 from regroup.reconciler.model import Assignment
 from regroup.reconciler.replicas import split, subscribed_with_copies, with_copies
 from regroup.reconciler.topics import Topic
+from tests.support.depth import examples
 
 Slot = tuple[str, int, int]  # (topic id, partition, copy)
 
@@ -183,7 +184,7 @@ def check_valid(spec: GroupSpec, targets: Mapping[str, Assignment]) -> None:
         assert max(loads) - min(loads) <= 1, loads
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(cases())
 # Found before the fix. The one left after a leave had copy 1 of the partition and was
 # given copy 0 instead (the copy of the one that left), with the progress of that copy:
@@ -245,7 +246,7 @@ def flow_problems(draw: st.DrawFn) -> tuple[int, int, int, list[list[int]]]:
     return members, partitions, copies, keepable
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(flow_problems())
 def test_the_flow_keeps_the_most_a_balanced_layout_can(
     problem: tuple[int, int, int, list[list[int]]],

@@ -25,6 +25,7 @@ from regroup.reconciler.records import TargetAssignmentEpochRecord
 from regroup.reconciler.target_assignment import install_computed_target, pending_assignment, pending_target
 from regroup.reconciler.target_summary import ComputedSummary, TargetSummaryKeeper
 from regroup.server.memstore import _as_stored
+from tests.support.depth import examples
 from tests.support.engine import EngineHarness, beat, join
 
 UNIFORM = UniformAssignor()
@@ -89,7 +90,7 @@ def summarised(spec: GroupSpec) -> GroupAssignment | None:
     return result if result.summary is not None else None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(spec=specs())
 def test_the_summary_counts_the_targets_returned(spec: GroupSpec) -> None:
     result = summarised(spec)
@@ -102,7 +103,7 @@ def test_the_summary_counts_the_targets_returned(spec: GroupSpec) -> None:
         assert list(result.summary.local_counts) == local
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(spec=specs(), data=st.data())
 def test_a_computation_given_the_summary_computes_what_reading_the_targets_does(
     spec: GroupSpec, data: st.DataObject
@@ -303,7 +304,7 @@ def test_a_group_loaded_from_its_stored_records_reads_its_targets_once(reads: li
     assert reads == [4]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     data=st.data(),
     computed_ids=st.lists(st.sampled_from([f"m{i:02}" for i in range(30)]), unique=True, max_size=20),

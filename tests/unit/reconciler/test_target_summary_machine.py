@@ -29,6 +29,7 @@ from regroup.reconciler.drain import drain_member
 from regroup.reconciler.model import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH
 from regroup.reconciler.target_assignment import PendingAssignment, group_spec
 from regroup.reconciler.target_summary import TargetSummaryKeeper
+from tests.support.depth import examples, steps
 from tests.support.engine import EngineHarness, beat, join
 
 G = "g"
@@ -241,8 +242,8 @@ def _spec_members_and_key(group: Group, h: EngineHarness) -> tuple[list[str], ob
 
 
 SummaryMachine.TestCase.settings = settings(
-    max_examples=300,
-    stateful_step_count=60,
+    max_examples=examples(300),
+    stateful_step_count=steps(60),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

@@ -17,6 +17,7 @@ from regroup.server.authz import (
     Operation,
     ResourceType,
 )
+from tests.support.depth import examples
 
 #: (granted, requested, resource type) pairs where the grant allows the request though they differ.
 IMPLIES = {
@@ -60,7 +61,7 @@ def oracle(acl: list[AclEntry], principal: str, operation: str, resource_type: s
     return False
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     acl=st.lists(entries(), max_size=8),
     requests=st.lists(

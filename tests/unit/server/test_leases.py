@@ -26,6 +26,7 @@ from regroup.server.leases import (
     shard_of,
     valid_until,
 )
+from tests.support.depth import examples
 
 LEASE_MS = 1_000
 RENEW_MS = 300
@@ -181,7 +182,7 @@ FAULTS = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(faults=FAULTS, seed=st.integers(0, 2**32))
 def test_no_shard_is_ever_trusted_by_two_replicas_and_the_spread_is_fair(
     faults: list[tuple[str, int, int]], seed: int

@@ -10,7 +10,7 @@ from regroup.reconciler import ConsumerGroupHeartbeat, GroupConfig, OwnedTopicPa
 from regroup.reconciler.model import ClientAssignor
 from regroup.server.mapping import group_pb, heartbeat_from_pb
 from regroup.v1 import common_pb2, coordinator_pb2
-from tests.unit.reconciler.test_rack_locality_report import joined
+from tests.support.engine import joined
 
 Request = coordinator_pb2.ConsumerGroupHeartbeatRequest
 

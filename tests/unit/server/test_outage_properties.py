@@ -31,6 +31,7 @@ from regroup.server.clock import ManualClock
 from regroup.server.memstore import MemoryStore
 from regroup.server.runtime import Coordinator
 from regroup.server.storewatch import StoreWatch
+from tests.support.depth import examples, steps
 from tests.support.leases import MANUAL_LEASES
 
 GROUP = "g"
@@ -330,5 +331,7 @@ class OutageMachine(RuleBasedStateMachine):
         assert {c.member_id: (c.epoch, c.held) for c in live} == settled
 
 
-OutageMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+OutageMachine.TestCase.settings = settings(
+    max_examples=examples(300), stateful_step_count=steps(40), deadline=None
+)
 TestOutageMachine = OutageMachine.TestCase

@@ -57,6 +57,7 @@ from regroup.server.clock import ManualClock
 from regroup.server.runtime import Coordinator
 from regroup.server.service import GroupCoordinatorService
 from regroup.v1 import common_pb2, coordinator_pb2
+from tests.support.depth import examples, steps
 from tests.support.leases import MANUAL_LEASES
 from tests.support.streams_inproc import GatedStore, InProcessStream, unary_context
 
@@ -556,11 +557,13 @@ class StreamMachine(RuleBasedStateMachine):
 
 # About 11 s on a 2-core machine. A soak of 2,500 examples x 60 steps (3 minutes) found nothing; without
 # StreamHub.catch_up, one of 1,500 examples found the missed nudge kept as the test below.
-StreamMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+StreamMachine.TestCase.settings = settings(
+    max_examples=examples(200), stateful_step_count=steps(40), deadline=None
+)
 TestStreamMachine = StreamMachine.TestCase
 
 
-@settings(max_examples=1, deadline=None, database=None)
+@settings(max_examples=examples(1), deadline=None, database=None)
 @given(st.none())
 def test_members_rejoining_through_streams_in_one_batch_are_nudged_when_the_batch_moves_their_target(
     _: None,

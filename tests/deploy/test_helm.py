@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 CHART = ROOT / "helm" / "regroup"
 sys.path.insert(0, str(ROOT / "tools"))
 

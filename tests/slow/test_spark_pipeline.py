@@ -16,7 +16,7 @@ from tests.support.java import require_java
 
 pytest.importorskip("pyspark")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.mark.timeout(300)

@@ -15,8 +15,6 @@ import pytest
 
 from tests.support.ports import default_ports_held
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(autouse=True)
 def _default_ports_taken() -> Iterator[None]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 from proto_checks import BASELINE, breaking_changes  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.test_image import DEV, IMAGE_ENV, ROOT, RUNTIME, pins
+from tests.support.requirements import DEV, IMAGE_ENV, ROOT, RUNTIME, pins
 
 RUN = ROOT / "requirements" / "run.txt"
 BUILD = ROOT / "requirements" / "build.txt"
