@@ -69,13 +69,14 @@ async def resolve_database_url(settings: Settings) -> tuple[str, PostgresKeeper 
     return keeper.dsn, keeper
 
 
-async def close_embedded(keeper: PostgresKeeper | None) -> None:
+async def close_embedded(keeper: PostgresKeeper | None, wait_s: float = STOP_WAIT_S) -> None:
     """Stops the embedded Postgres (if this process was its last user), waiting at most
-    `embedded.STOP_WAIT_S`: its keeper finishes alone after that."""
-    if keeper is not None and not await asyncio.to_thread(keeper.close):
+    `wait_s` (the server's stop bound leaves it `embedded.STOP_WAIT_S`): its keeper
+    finishes alone after that."""
+    if keeper is not None and not await asyncio.to_thread(keeper.close, wait_s):
         log.warning(
             "embedded_postgres_still_stopping",
-            message=f"the embedded Postgres did not stop within {STOP_WAIT_S:.0f} s; it finishes on its own",
+            message=f"the embedded Postgres did not stop within {wait_s:.0f} s; it finishes on its own",
         )
 
 

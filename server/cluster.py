@@ -23,7 +23,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -199,7 +199,7 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError):
                 self._processes[name].send_signal(sig)
 
-    async def run(self) -> int:
+    async def run(self, finish: Callable[[], Awaitable[None]] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, self._signalled, sig)
@@ -242,19 +242,32 @@ class Cluster:
         if self._failed:
             self.say(f"{', '.join(self._failed)} did not stop cleanly")
             return 1
+        if finish is not None:
+            await finish()  # the database the replicas shared: "stopped" means all of it
         self.say("stopped")
         return 0
+
+
+#: How long the launcher waits for the embedded Postgres to stop once every replica has.
+LAUNCHER_POSTGRES_WAIT_S = 30.0
 
 
 async def run_cluster(settings: Settings, flags: Mapping[str, str], replicas: int = DEFAULT_REPLICAS) -> int:
     """Starts Postgres (embedded unless DATABASE_URL), migrates it, runs `replicas` replicas."""
     migrations = find_migrations(settings)
     dsn, embedded = await resolve_database_url(settings)
+
+    async def stop_postgres() -> None:
+        nonlocal embedded
+        keeper, embedded = embedded, None
+        # Its replicas are gone: the launcher may wait for Postgres' shutdown checkpoint.
+        await close_embedded(keeper, LAUNCHER_POSTGRES_WAIT_S)
+
     try:
         await run_migrations(dsn, migrations)
         env = {**os.environ, **flags, "DATABASE_URL": dsn}
         specs = replica_specs(settings.listen, replicas, settings.metrics_listen)
         cluster = Cluster(specs, env, sys.stdout.buffer)
-        return await cluster.run()
+        return await cluster.run(stop_postgres)
     finally:
-        await close_embedded(embedded)
+        await stop_postgres()
