@@ -159,6 +159,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: How long the example waits for its regroup server to answer.
+START_TIMEOUT_S = 180.0
+
+
 def start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {
@@ -175,7 +179,9 @@ def start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     log = (workdir / "regroup.log").open("wb")
     server = subprocess.Popen([sys.executable, "-m", "regroup.server"], env=env, stdout=log, stderr=log)
     target = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    # The first start creates the embedded Postgres (initdb): a few seconds, much more on a
+    # machine busy with other work.
+    deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
             with SyncGroupAdmin(target, timeout=1) as admin:
@@ -186,7 +192,7 @@ def start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
                 raise RuntimeError(f"regroup exited: see {workdir / 'regroup.log'}") from None
             time.sleep(0.2)
     server.kill()
-    raise RuntimeError("regroup did not start in 60 s")
+    raise RuntimeError(f"regroup did not start in {START_TIMEOUT_S:.0f} s: see {workdir / 'regroup.log'}")
 
 
 # -- the job ----------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -94,16 +95,30 @@ class PostgresKeeper:
 
     @classmethod
     def start(
-        cls, data_dir: Path, cleanup_mode: str = "stop", timeout_s: float = START_TIMEOUT_S
+        cls,
+        data_dir: Path,
+        cleanup_mode: str = "stop",
+        timeout_s: float = START_TIMEOUT_S,
+        *,
+        durable: bool = True,
     ) -> PostgresKeeper:
-        """Spawns the keeper and waits until Postgres accepts connections (blocking)."""
+        """Spawns the keeper and waits until Postgres accepts connections (blocking).
+
+        `durable=False` is for tests' throwaway servers: nothing is flushed to disk (initdb
+        --no-sync, fsync and full-page writes off), which makes their start, their
+        checkpoints and their stop cheap on a busy machine. Commits stay synchronous (WAL
+        written before the answer), so a crash of Postgres itself, which outage tests
+        cause, loses nothing acknowledged; a crash of the machine may, which a test server
+        never needs.
+        """
         if cleanup_mode not in CLEANUP_MODES:
             raise ValueError(f"cleanup_mode must be one of {CLEANUP_MODES}, got {cleanup_mode!r}")
         if not embedded_available():
             # Said here, not by a keeper that fails to import: one line that names both ways out.
             raise EmbeddedPostgresMissing()
+        command = [sys.executable, "-m", "regroup.server.embedded", str(data_dir), "--cleanup", cleanup_mode]
         process = subprocess.Popen(
-            [sys.executable, "-m", "regroup.server.embedded", str(data_dir), "--cleanup", cleanup_mode],
+            command if durable else [*command, "--not-durable"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -135,6 +150,9 @@ class PostgresKeeper:
         try:
             self._process.wait(wait_s)
         except subprocess.TimeoutExpired:
+            # It finishes alone: something must still collect its exit status, whenever
+            # that comes, or it lingers as a zombie (and Python warns of it when collected).
+            threading.Thread(target=self._process.wait, name="regroup-keeper-reaper", daemon=True).start()
             return False
         if self._process.stdout is not None:
             self._process.stdout.close()
@@ -169,9 +187,11 @@ def keeper_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m regroup.server.embedded")
     parser.add_argument("data_dir", type=Path)
     parser.add_argument("--cleanup", choices=CLEANUP_MODES, default="stop")
+    parser.add_argument("--not-durable", action="store_true", help="for tests: nothing flushed to disk")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    patient_pg_ctl(durable=not args.not_durable)
     out = sys.stdout
     try:
         server = embedded_postgres(args.data_dir, None if args.cleanup == "keep" else args.cleanup)
@@ -193,6 +213,46 @@ def keeper_main(argv: list[str] | None = None) -> int:
     # Stdin closed without a stop: the server was killed. Leave Postgres as a killed
     # server always did (no exit hooks); the next start reuses it.
     os._exit(0)
+
+
+#: What a throwaway server (`durable=False`) adds to pgserver's commands.
+NOT_DURABLE_INITDB = ("--no-sync",)
+NOT_DURABLE_START = ("-o", "-c fsync=off -c full_page_writes=off")
+
+
+def patient_pg_ctl(timeout_s: float = START_TIMEOUT_S, *, durable: bool = True) -> None:
+    """Gives pg_ctl `timeout_s` to start or stop Postgres, in this (the keeper's) process.
+
+    pgserver runs `pg_ctl -w start` under a 10 s subprocess timeout, and pg_ctl waits 60 s
+    by itself (PGCTLTIMEOUT). On a machine busy with other work (a CI host, a laptop, tests
+    on several workers) a start can take longer than 10 s, and pgserver then gives up on a
+    Postgres that is still starting. Its pg_ctl, a module-level function that
+    `pgserver.postgres_server` imported, is wrapped to pass the same command and options with
+    the longer timeout (pgserver is pinned: tests/unit/server/test_embedded.py checks the
+    name is still there); pg_ctl's own wait follows PGCTLTIMEOUT, its documented setting.
+    Not `durable`, initdb gets NOT_DURABLE_INITDB and `pg_ctl start` NOT_DURABLE_START.
+    """
+    from pgserver import postgres_server
+
+    os.environ["PGCTLTIMEOUT"] = str(int(timeout_s))
+    names = vars(postgres_server)  # its module globals, where the call looks pg_ctl up
+    original = names["pg_ctl"]
+
+    original_initdb = names["initdb"]
+
+    def pg_ctl(args: list[str], pgdata: Path | None = None, **kwargs: Any) -> str:
+        if kwargs.get("timeout") is not None:
+            kwargs["timeout"] = max(float(kwargs["timeout"]), timeout_s)
+        if not durable and args[-1:] == ["start"]:
+            args = [*args[:-1], *NOT_DURABLE_START, "start"]
+        return str(original(args, pgdata=pgdata, **kwargs))
+
+    def initdb(args: list[str], pgdata: Path | None = None, **kwargs: Any) -> str:
+        return str(original_initdb([*args, *NOT_DURABLE_INITDB], pgdata=pgdata, **kwargs))
+
+    names["pg_ctl"] = pg_ctl
+    if not durable:
+        names["initdb"] = initdb
 
 
 def _answer(out: IO[str], answer: dict[str, Any]) -> None:

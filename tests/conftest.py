@@ -19,6 +19,12 @@ import pytest
 from tests.support import depth
 from tests.support.tiers import TIERS, tier_of
 from tests.support.timing import describe as describe_timing
+from tests.support.timing import scaled
+
+#: How long a test of each tier may run before pytest-timeout stops it (a hang, not a slow
+#: test: deadlines inside tests are tighter), times REGROUP_TEST_TIME_SCALE. The chaos
+#: test and the benchmarks' smoke runs do minutes of work on a busy machine.
+TIMEOUTS_S = {"unit": 120, "integration": 120, "docs": 120, "deploy": 300, "chaos": 600, "slow": 600}
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -38,3 +44,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{item.nodeid} belongs to no tier: tests live in tests/<tier>/, one of {', '.join(TIERS)}"
             )
         item.add_marker(getattr(pytest.mark, tier))
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(scaled(TIMEOUTS_S[tier])))

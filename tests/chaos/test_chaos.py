@@ -14,6 +14,7 @@ import pytest
 
 from tests.chaos.harness import Chaos, ChaosSettings
 from tests.support.pg import EmbeddedPostgres
+from tests.support.timing import scaled
 
 
 def _free_ports(count: int) -> list[int]:
@@ -34,7 +35,7 @@ def _append(path: Path, line: str) -> None:
 
 
 # The faults' time, then starting, converging and stopping (each bounded by the harness itself).
-@pytest.mark.timeout(ChaosSettings.from_environment().seconds + 180)
+@pytest.mark.timeout(ChaosSettings.from_environment().seconds + scaled(180))
 async def test_replicas_fail_and_pause_while_members_keep_their_partitions(
     postgres: EmbeddedPostgres, tmp_path: Path
 ) -> None:

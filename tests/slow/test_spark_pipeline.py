@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.support.java import require_java
+from tests.support.timing import scaled
 
 pytest.importorskip("pyspark")
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(scaled(300))
 def test_spark_pipeline_every_row_exactly_once(tmp_path: Path) -> None:
     require_java()
     run = subprocess.run(

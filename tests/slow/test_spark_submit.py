@@ -16,6 +16,7 @@ import pytest
 
 from regroup.client.spark import FAST_JVM
 from tests.support.java import require_java
+from tests.support.timing import scaled
 
 pytest.importorskip("pyspark")
 
@@ -33,7 +34,7 @@ JOB = textwrap.dedent(
 )
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(scaled(180))
 def test_the_master_given_to_spark_submit_is_honoured(tmp_path: Path) -> None:
     require_java()
     job = tmp_path / "job.py"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import signal
 import tempfile
 import time
@@ -19,6 +20,7 @@ import psutil
 
 from regroup.server.embedded import PostgresKeeper
 from regroup.server.migrate import apply_migrations
+from tests.support.timing import scaled
 
 TEMPLATE = "regroup_template"
 _counter = itertools.count()
@@ -30,17 +32,23 @@ def dsn_for(base_dsn: str, database: str) -> str:
 
 
 class EmbeddedPostgres:
+    """One per test process (a worker of `make test` has its own: tests that check that
+    nothing wrote read the cluster-wide transaction counter)."""
+
     def __init__(self) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="regroup-pg-")
+        self._dir = Path(tempfile.mkdtemp(prefix="regroup-pg-"))
         # Kept by a process of its own, as the server's: pgserver forks to run pg_ctl, and a
         # test process runs gRPC threads (server/embedded.py says why that must not happen).
-        self._server = PostgresKeeper.start(Path(self._dir.name), cleanup_mode="delete")
+        # Not durable: nothing is flushed to disk, so that its start, its checkpoints and its
+        # stop stay cheap however busy the machine is.
+        self._server = PostgresKeeper.start(self._dir, cleanup_mode="delete", durable=False)
         self.base_dsn = self._server.dsn
         self._template_ready = False
 
     def close(self) -> None:
-        self._server.close(wait_s=60)
-        self._dir.cleanup()
+        # Past the wait its keeper finishes alone, and deletes its data (cleanup "delete").
+        if self._server.close(wait_s=scaled(20)):
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     async def _ensure_template(self) -> None:
         if self._template_ready:

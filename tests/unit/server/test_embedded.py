@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -144,3 +145,52 @@ def test_without_database_url_and_the_extra_the_server_says_how_to_get_either(
         "pip install 'regroup[embedded]'" in MISSING_MESSAGE
         and "DATABASE_URL=postgresql://" in MISSING_MESSAGE
     )
+
+
+def test_the_keeper_gives_pg_ctl_time_and_changes_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pgserver (pinned) calls its module's pg_ctl with a 10 s timeout to start Postgres; the
+    keeper's wrapper passes the same command with its own, longer timeout."""
+    from pgserver import postgres_server
+
+    from regroup.server.embedded import START_TIMEOUT_S, patient_pg_ctl
+
+    calls: list[tuple[list[str], Any, dict[str, Any]]] = []
+
+    def recorded(args: list[str], pgdata: Any = None, **kwargs: Any) -> str:
+        calls.append((args, pgdata, kwargs))
+        return "done"
+
+    monkeypatch.setitem(vars(postgres_server), "pg_ctl", recorded)
+    monkeypatch.delenv("PGCTLTIMEOUT", raising=False)
+    patient_pg_ctl()
+    assert os.environ["PGCTLTIMEOUT"] == str(int(START_TIMEOUT_S))
+    monkeypatch.delenv("PGCTLTIMEOUT")
+    wrapped = vars(postgres_server)["pg_ctl"]
+    assert wrapped(["-w", "start"], pgdata=Path("/d"), user="pgserver", timeout=10) == "done"
+    assert wrapped(["-w", "stop"], pgdata=Path("/d"), user="pgserver") == "done"
+    assert calls == [
+        (["-w", "start"], Path("/d"), {"user": "pgserver", "timeout": START_TIMEOUT_S}),
+        (["-w", "stop"], Path("/d"), {"user": "pgserver"}),
+    ]
+
+
+def test_a_throwaway_server_flushes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """durable=False (the tests' servers): initdb --no-sync, Postgres started with fsync off."""
+    from pgserver import postgres_server
+
+    from regroup.server.embedded import NOT_DURABLE_INITDB, NOT_DURABLE_START, patient_pg_ctl
+
+    calls: list[tuple[str, list[str]]] = []
+    monkeypatch.setitem(vars(postgres_server), "pg_ctl", lambda args, **_: calls.append(("pg_ctl", args)))
+    monkeypatch.setitem(vars(postgres_server), "initdb", lambda args, **_: calls.append(("initdb", args)))
+    monkeypatch.setenv("PGCTLTIMEOUT", "60")
+    patient_pg_ctl(durable=False)
+    names = vars(postgres_server)
+    names["initdb"](["--auth=trust"], pgdata=Path("/d"))
+    names["pg_ctl"](["-w", "-l", "log", "start"], pgdata=Path("/d"), timeout=10)
+    names["pg_ctl"](["-w", "stop"], pgdata=Path("/d"))
+    assert calls == [
+        ("initdb", ["--auth=trust", *NOT_DURABLE_INITDB]),
+        ("pg_ctl", ["-w", "-l", "log", *NOT_DURABLE_START, "start"]),
+        ("pg_ctl", ["-w", "stop"]),
+    ]
