@@ -152,11 +152,15 @@ class PostgresKeeper:
         except subprocess.TimeoutExpired:
             # It finishes alone: something must still collect its exit status, whenever
             # that comes, or it lingers as a zombie (and Python warns of it when collected).
-            threading.Thread(target=self._process.wait, name="regroup-keeper-reaper", daemon=True).start()
+            threading.Thread(target=self._reap, name="regroup-keeper-reaper", daemon=True).start()
             return False
+        self._reap()
+        return True
+
+    def _reap(self) -> None:
+        self._process.wait()
         if self._process.stdout is not None:
             self._process.stdout.close()
-        return True
 
     def _send(self, command: str) -> None:
         stdin = self._process.stdin

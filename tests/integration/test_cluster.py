@@ -17,9 +17,11 @@ import urllib.request
 from pathlib import Path
 
 import grpc
+import pytest
 
 from regroup.v1 import common_pb2, coordinator_pb2, coordinator_pb2_grpc
 from tests.support.doc_blocks import ROOT, parse
+from tests.support.timing import scaled
 
 GROUP = "demo"
 
@@ -64,7 +66,7 @@ async def _coordinator(address: str) -> coordinator_pb2.FindCoordinatorResponse 
 async def _agreed_owner(addresses: list[str], timeout_s: float) -> str:
     """The address every replica at `addresses` names as the group's coordinator, once they
     agree on one of them (a dead owner is named until its lease expires)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + scaled(timeout_s)
     while True:
         answers = await asyncio.gather(*map(_coordinator, addresses))
         named = {a.address for a in answers if a is not None and a.error_code == common_pb2.NONE}
@@ -98,7 +100,8 @@ class Output:
             self._new.set()
 
     async def wait_for(self, pattern: str, timeout_s: float) -> re.Match[str]:
-        deadline = time.monotonic() + timeout_s
+        """The first line matching `pattern`, within `timeout_s` on an idle machine (scaled)."""
+        deadline = time.monotonic() + scaled(timeout_s)
         seen = 0
         while True:
             for line in self.lines[seen:]:
@@ -112,6 +115,8 @@ class Output:
                 await asyncio.wait_for(self._new.wait(), remaining)
 
 
+# Three replica processes, a member script and a failover: minutes on a busy machine.
+@pytest.mark.timeout(scaled(300))
 async def test_three_replicas_fail_over_by_hand_and_stop_together(tmp_path: Path) -> None:
     first = _consecutive_free_ports(3)
     addresses = [f"127.0.0.1:{first + i}" for i in range(3)]
@@ -152,7 +157,7 @@ async def test_three_replicas_fail_over_by_hand_and_stop_together(tmp_path: Path
         # Each replica serves its metrics on its own port, consecutive from REGROUP_METRICS_LISTEN:
         # together they hold every shard, once the spread settles (a shard released by one
         # replica is held by nobody until another's next lease round).
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + scaled(15)
         while (held := [await asyncio.to_thread(_shards_held, metrics_first + i) for i in range(3)]) and (
             sum(held) != 64 or min(held) == 0
         ):
@@ -198,7 +203,7 @@ async def test_three_replicas_fail_over_by_hand_and_stop_together(tmp_path: Path
         await out.wait_for(r"^cluster +\| every replica serves again", 30)
 
         launcher.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(launcher.wait(), 30) == 0, "\n".join(out.lines[-40:])
+        assert await asyncio.wait_for(launcher.wait(), scaled(30)) == 0, "\n".join(out.lines[-40:])
         await out.task
         for name in names:
             assert any(re.match(rf"^cluster +\| {name} exited with code 0$", line) for line in out.lines), (
