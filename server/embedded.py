@@ -195,6 +195,9 @@ def keeper_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # platformdirs (through pgserver) warns whenever it reads XDG_RUNTIME_DIR and finds it
+    # unset, as in containers: a line on the server's stderr that says nothing to its user.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
     patient_pg_ctl(durable=not args.not_durable)
     out = sys.stdout
     try:

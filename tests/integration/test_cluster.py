@@ -145,7 +145,8 @@ async def test_three_replicas_fail_over_by_hand_and_stop_together(tmp_path: Path
     out = Output(launcher.stdout)
     watch: asyncio.subprocess.Process | None = None
     try:
-        await out.wait_for(r"^cluster +\| 3 replicas serve on one Postgres", 60)
+        # Postgres created (initdb) and three replica processes started: slow on a busy machine.
+        await out.wait_for(r"^cluster +\| 3 replicas serve on one Postgres", 120)
         pids = {}
         for i, address in enumerate(addresses, 1):
             match = await out.wait_for(rf"^cluster +\|   replica-{i}  {re.escape(address)}  pid (\d+)$", 1)
