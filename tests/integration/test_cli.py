@@ -31,7 +31,7 @@ from regroup.v1 import coordinator_pb2
 from tests.support import child
 from tests.support.certs import CertificateAuthority
 from tests.support.cli import CLI, address, regroup
-from tests.support.replicas import FAST, owned_by, spread
+from tests.support.replicas import FAST, owned_by, spread, topics_known
 from tests.support.service import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
 
@@ -386,6 +386,7 @@ async def test_group_calls_follow_not_coordinator(start_service: ServiceFactory)
     await spread([a, b])
     group = owned_by(b)
     await a.stubs.create_topic("orders", 2)
+    await topics_known([a, b], "orders")
     member = WireMember(b.stubs.coordinator, group, "m-a", ["orders"])
     await converge(b.stubs, group, [member])
 
@@ -413,6 +414,7 @@ async def test_watch_goes_on_when_the_coordinator_stops(start_service: ServiceFa
     await spread([a, b])
     group = owned_by(b)
     await a.stubs.create_topic("orders", 2)
+    await topics_known([a, b], "orders")
     first = WireMember(a.stubs.coordinator, group, "m-a", ["orders"])
     await converge(a.stubs, group, [first])
     env = {**os.environ, "REGROUP_ADDRESS": address(a)}

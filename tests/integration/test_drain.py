@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from regroup.v1 import admin_pb2, common_pb2
-from tests.support.replicas import owned_by, replicas
+from tests.support.replicas import owned_by, replicas, topics_known
 from tests.support.service import Service, ServiceFactory
 from tests.support.wire import Stubs, WireMember, converge
 
@@ -152,6 +152,7 @@ async def test_drain_and_reset_through_a_replica_that_does_not_own_the_group(
     with NOT_COORDINATOR and its address when forwarding is off)."""
     a, b = await replicas(start_service, 2)
     await a.stubs.create_topic("orders", 4)
+    await topics_known([a, b], "orders")
     group = owned_by(b)
     members = [WireMember(a.stubs.coordinator, group, f"m{i}", ["orders"]) for i in range(2)]
     await converge(a.stubs, group, members)

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from regroup.client import ConnectWorker, GroupAdmin, GroupMember, RebalanceListener, TopicPartition
 from regroup.v1 import admin_pb2
-from tests.support.replicas import FAST, owned_by, spread
+from tests.support.replicas import FAST, owned_by, spread, topics_known
 from tests.support.service import Service, ServiceFactory
 from tests.support.wire import WireMember, converge
 
@@ -416,6 +416,7 @@ async def test_a_group_another_replica_serves_is_named_with_its_address(
     await spread([a, b])
     group_id = owned_by(b)
     await a.stubs.create_topic("orders", 2)
+    await topics_known([a, b], "orders")
     # Joined through a (which forwards to b): only b has the group in memory.
     await converge(a.stubs, group_id, [WireMember(a.stubs.coordinator, group_id, "m1", ["orders"])])
     assert (await get(b, f"/api/groups/{group_id}")).status == 200

@@ -121,8 +121,12 @@ def test_replicas_smoke() -> None:
     assert summary["rebalances"] == 0
     assert summary["heartbeats"] > 0
     assert summary["heartbeat_statements"] == 0
-    assert summary["heartbeat_write_transactions"] == 0
     assert summary["writes_per_heartbeat"] == 0
+    # Transaction ids beyond the lease rounds' own: the window's ends are read from the xid
+    # counter and from the statement log, which do not tick together, so a lease round of
+    # each replica may straddle each end (seen: -1 on a busy machine). The statements and
+    # rows above are exact; this only must not grow with the heartbeats.
+    assert abs(summary["heartbeat_write_transactions"]) <= 2 * len(replicas.NAMES)
     assert summary["idle_lease_rounds_per_s"] > 0
     assert summary["forward_ratio"] > 0
 

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from tests.support.service import Service, ServiceFactory
+from tests.support.timing import wait_until
 
 #: Short leases so that a test sees a whole takeover; renewals often, so the spread settles fast.
 FAST = {"lease_ms": 2_000, "lease_renew_ms": 300}
@@ -43,3 +44,14 @@ def owned_by(service: Service, prefix: str = "g") -> str:
     """A group id whose shard `service` holds."""
     shards = service.coordinator.shards
     return next(g for g in (f"{prefix}{i}" for i in range(10_000)) if shards.shard(g) in shards.held)
+
+
+async def topics_known(services: list[Service], *names: str, timeout_s: float = 15.0) -> None:
+    """Waits until every replica of `services` knows the topics `names` (a topic created
+    through one reaches the others by a NOTIFY, or at their next lease round: on a busy
+    machine later than a test's next call, whose group would be assigned without it)."""
+    await wait_until(
+        lambda: all(n in s.coordinator.image.by_name for s in services for n in names),
+        timeout_s,
+        f"every replica knows {sorted(names)}",
+    )
